@@ -1,0 +1,33 @@
+"""Turn a validated calibration into the cost models' plain types (the one
+place where spec units meet formula units)."""
+
+from __future__ import annotations
+
+from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams
+
+from autotune.specs.calibration import CalibrationSpec
+
+
+def comm_model(calibration: CalibrationSpec) -> CommModel:
+    """Every (operation, mesh axis) link of the calibration."""
+    params = {}
+    for op_name, axes in calibration.collectives.items():
+        for axis_name, link in axes.items():
+            params[(CollectiveOp(op_name), Axis(axis_name))] = LinkParams(
+                launch_s=link.launch_s, sync_s=link.sync_s, link_bytes_per_s=link.link_bytes_per_s
+            )
+    return CommModel(params)
+
+
+def compute_model(calibration: CalibrationSpec) -> ComputeModel:
+    """The local GEMM model: the effective rate, shaped by the efficiency
+    curve when the calibration has one."""
+    c = calibration.compute
+    curve = c.efficiency_curve
+    return ComputeModel(
+        peak_flops_per_s=c.effective_flops_per_s,
+        max_efficiency=1.0,
+        m_half=curve.m_half if curve else 0.0,
+        n_half=curve.n_half if curve else 0.0,
+        k_half=curve.k_half if curve else 0.0,
+    )

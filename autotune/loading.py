@@ -1,0 +1,306 @@
+"""Reading spec files: YAML/JSON parsing, preset resolution, and turning
+validation failures into one-line errors that say how to fix them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from autotune.errors import InputError
+from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.cluster import ClusterSpec
+from autotune.specs.model import ModelSpec
+from autotune.specs.plan_input import PlanInput, SearchSpec
+from autotune.specs.training import TrainingSpec
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+DEFAULT_CLUSTER = "tpu-v4-256"
+PLAN_KEYS = ("model", "training", "cluster", "calibration", "search")
+
+
+def _preset_dir(kind: str) -> Path:
+    return Path(str(resources.files("autotune").joinpath("presets", kind)))
+
+
+def preset_names(kind: str) -> list[str]:
+    """Names of the bundled presets of `kind` ("models" or "clusters")."""
+    return sorted(p.stem for p in _preset_dir(kind).glob("*.yaml"))
+
+
+def calibration_preset_names() -> list[str]:
+    """Names of the bundled calibrations."""
+    from calibration_data import CALIBRATION_PRESETS
+
+    return sorted(CALIBRATION_PRESETS)
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text, or an InputError that names the file and the problem."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("no such file", file=str(path), fix="check the path")
+    if p.is_dir():
+        raise InputError("is a folder, not a file", file=str(path), fix="name a file")
+    data = p.read_bytes()
+    if b"\x00" in data[:8192]:
+        raise InputError("is binary data, not text", file=str(path), fix="pass a text file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"is not UTF-8 text (byte {exc.start})", file=str(path), fix="save it as UTF-8"
+        ) from None
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_mapping(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML (or JSON) file whose top level must be a mapping."""
+    text = read_text(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise InputError(
+            f"is not valid YAML{where}: {problem}",
+            file=str(path),
+            fix="check indentation and quoting (YAML or JSON syntax)",
+        ) from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise InputError(
+            f"must be a YAML mapping of keys to values, but it is {kind}",
+            file=str(path),
+            fix="write `key: value` lines (see examples/gpt3.yaml)",
+        )
+    return data
+
+
+def _fix_for(error: dict[str, Any], model: type[BaseModel]) -> str | None:
+    kind = error.get("type", "")
+    loc = [str(x) for x in error.get("loc", ())]
+    if kind == "missing":
+        return f"add `{loc[-1]}:`" if loc else "add the missing field"
+    if kind == "extra_forbidden":
+        allowed = ", ".join(_allowed_keys(model, loc[:-1]))
+        return f"remove it or correct the spelling (allowed: {allowed})" if allowed else "remove it"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        ctx = error.get("ctx", {})
+        bound = next(iter(ctx.values()), None)
+        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+              "less_than_equal": "<="}[kind]
+        return f"use a value {op} {bound}"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return "use a value of the described type"
+    if kind == "enum":
+        expected = error.get("ctx", {}).get("expected")
+        return f"use one of {expected}" if expected else None
+    return None
+
+
+def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        current = annotation if isinstance(annotation, type) else None
+        if current is None:
+            return []
+    fields = getattr(current, "model_fields", {})
+    return [(f.alias or name) for name, f in fields.items()]
+
+
+def validate_spec(
+    model: type[SpecT], data: Any, *, file: str | None, prefix: str = ""
+) -> SpecT:
+    """Validate `data` as `model`, turning the first failure into an
+    InputError that names the file, the field path, the value and a fix."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        loc = [str(x) for x in error.get("loc", ())]
+        field = ".".join([p for p in [prefix, *loc] if p]) or None
+        message = str(error.get("msg", "invalid value"))
+        message = message.removeprefix("Value error, ")
+        value = error.get("input") if error.get("type") != "missing" else None
+        if isinstance(value, dict):
+            value = None
+        fix = None if "fix:" in message else _fix_for(error, model)
+        if "; fix: " in message:
+            message, fix = message.split("; fix: ", 1)
+        if error.get("type") == "missing":
+            message = "is required"
+        elif error.get("type") == "extra_forbidden":
+            message = "is not a known key"
+        raise InputError(message, file=file, field=field, value=value, fix=fix) from None
+
+
+def _resolve_ref(ref: str, kind: str, base: Path | None) -> Path:
+    """A preset name or a path (relative to the referring file)."""
+    if kind != "calibrations":
+        preset = _preset_dir(kind) / f"{ref}.yaml"
+        if preset.exists():
+            return preset
+    else:
+        from calibration_data import CALIBRATION_PRESETS, data_path
+
+        if ref in CALIBRATION_PRESETS:
+            return data_path(CALIBRATION_PRESETS[ref])
+    candidate = Path(ref)
+    if not candidate.is_absolute() and base is not None and not candidate.exists():
+        candidate = base / candidate
+    return candidate
+
+
+def load_model_spec(ref: str | Path, base: Path | None = None) -> ModelSpec:
+    """A model preset name or YAML file."""
+    path = _resolve_ref(str(ref), "models", base)
+    if not path.exists():
+        raise InputError(
+            "is neither a model preset nor a file",
+            field="model",
+            value=str(ref),
+            fix=f"use one of {', '.join(preset_names('models'))} or a path",
+        )
+    return validate_spec(ModelSpec, load_mapping(path), file=str(path))
+
+
+def load_cluster_spec(ref: str | Path, base: Path | None = None) -> tuple[ClusterSpec, str]:
+    """A cluster preset name or YAML file; returns the spec and where it came from."""
+    path = _resolve_ref(str(ref), "clusters", base)
+    if not path.exists():
+        raise InputError(
+            "is neither a cluster preset nor a file",
+            field="cluster",
+            value=str(ref),
+            fix=f"use one of {', '.join(preset_names('clusters'))} or a path",
+        )
+    spec = validate_spec(ClusterSpec, load_mapping(path), file=str(path))
+    return spec, str(ref)
+
+
+def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[CalibrationSpec, str]:
+    """A calibration preset name or JSON file; returns the spec and its path."""
+    path = _resolve_ref(str(ref), "calibrations", base)
+    if not path.exists():
+        raise InputError(
+            "is neither a calibration preset nor a file",
+            field="calibration",
+            value=str(ref),
+            fix=f"use {', '.join(calibration_preset_names())}, or a file from `meshtune calibrate`",
+        )
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+            file=str(path),
+            fix="pass a calibration written by `meshtune calibrate`",
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(
+            "must be a JSON object", file=str(path), fix="pass a file from `meshtune calibrate`"
+        )
+    return validate_spec(CalibrationSpec, data, file=str(path)), str(path)
+
+
+def load_plan_input(
+    path: str | Path,
+    cluster_override: str | None = None,
+    calibration_override: str | None = None,
+) -> PlanInput:
+    """Read a plan file: `model` (preset or mapping), `training`, optional
+    `cluster` (preset, path or mapping), `calibration` and `search`.
+    `--cluster` and `--calibration` flags override the file."""
+    path = Path(path)
+    data = load_mapping(path)
+    file = str(path)
+    unknown = [k for k in data if k not in PLAN_KEYS]
+    if unknown:
+        raise InputError(
+            "is not a known key",
+            file=file,
+            field=str(unknown[0]),
+            fix=f"remove it or correct the spelling (allowed: {', '.join(PLAN_KEYS)})",
+        )
+    base = path.parent
+
+    if "model" not in data:
+        raise InputError("is required", file=file, field="model",
+                         fix="add `model:` with a preset name or the model's fields")
+    model_ref = data["model"]
+    if isinstance(model_ref, dict):
+        model = validate_spec(ModelSpec, model_ref, file=file, prefix="model")
+    elif isinstance(model_ref, str):
+        model = load_model_spec(model_ref, base)
+    else:
+        raise InputError("must be a preset name or a mapping", file=file, field="model",
+                         value=model_ref, fix="see examples/gpt3.yaml")
+
+    if "training" not in data:
+        raise InputError("is required", file=file, field="training",
+                         fix="add `training:` with global_batch_sequences and sequence_length")
+    if not isinstance(data["training"], dict):
+        raise InputError("must be a mapping", file=file, field="training",
+                         value=data["training"], fix="see examples/gpt3.yaml")
+    training = validate_spec(TrainingSpec, data["training"], file=file, prefix="training")
+
+    cluster_src: Any = cluster_override if cluster_override is not None else data.get(
+        "cluster", DEFAULT_CLUSTER
+    )
+    if isinstance(cluster_src, dict):
+        cluster = validate_spec(ClusterSpec, cluster_src, file=file, prefix="cluster")
+        cluster_ref = f"{file}#cluster"
+        cluster_base = base
+    elif isinstance(cluster_src, str):
+        cluster, cluster_ref = load_cluster_spec(
+            cluster_src, None if cluster_override is not None else base
+        )
+        cluster_path = _resolve_ref(cluster_src, "clusters", base)
+        cluster_base = cluster_path.parent
+    else:
+        raise InputError("must be a preset name, a path or a mapping", file=file,
+                         field="cluster", value=cluster_src, fix="see examples/gpt3.yaml")
+
+    if calibration_override is not None:
+        calibration, calibration_ref = load_calibration(calibration_override, None)
+    elif "calibration" in data:
+        if not isinstance(data["calibration"], str):
+            raise InputError("must be a preset name or a path", file=file, field="calibration",
+                             value=data["calibration"], fix="e.g. `calibration: tpu-v4`")
+        calibration, calibration_ref = load_calibration(data["calibration"], base)
+    else:
+        calibration, calibration_ref = load_calibration(cluster.calibration, cluster_base)
+
+    search_data = data.get("search", {}) or {}
+    if not isinstance(search_data, dict):
+        raise InputError("must be a mapping", file=file, field="search", value=search_data,
+                         fix="e.g. `search: {dataflow: cost}`")
+    search = validate_spec(SearchSpec, search_data, file=file, prefix="search")
+
+    return PlanInput(
+        model=model,
+        training=training,
+        cluster=cluster,
+        calibration=calibration,
+        search=search,
+        source_file=file,
+        cluster_ref=cluster_ref,
+        calibration_ref=calibration_ref,
+    )

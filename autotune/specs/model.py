@@ -1,0 +1,56 @@
+"""What is trained: the transformer's shape."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import Field, model_validator
+
+from autotune.specs.base import Spec
+
+
+class FfnKind(str, Enum):
+    """Feed-forward block kind: GELU has 2 FC layers, SwiGLU 3."""
+
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer, as far as its FC layers are concerned."""
+
+    name: str = Field(description="Model name shown in reports, e.g. gpt3-175b.")
+    num_layers: int = Field(gt=0, description="Transformer blocks.")
+    hidden_size: int = Field(gt=0, description="Model (residual stream) width.")
+    num_heads: int = Field(gt=0, description="Attention (query) heads.")
+    head_dim: int = Field(gt=0, description="Width of one attention head.")
+    num_kv_heads: int | None = Field(
+        default=None, gt=0, description="Key/value heads (GQA); omitted means num_heads (MHA)."
+    )
+    ffn_size: int = Field(gt=0, description="Feed-forward inner width.")
+    ffn_kind: FfnKind = Field(
+        default=FfnKind.GELU, strict=False, description="gelu (up, down) or swiglu (gate, up, down)."
+    )
+    vocab_size: int | None = Field(
+        default=None, gt=0, description="Vocabulary size (informational; embeddings are not planned)."
+    )
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelSpec:
+        kv = self.kv_heads
+        if kv > self.num_heads or self.num_heads % kv:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({kv}); "
+                "fix: use a num_kv_heads that divides num_heads"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (num_heads when not grouped)."""
+        return self.num_kv_heads if self.num_kv_heads is not None else self.num_heads
+
+    @property
+    def attention_width(self) -> int:
+        """`num_heads * head_dim`: the width of the attention core."""
+        return self.num_heads * self.head_dim
