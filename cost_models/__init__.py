@@ -19,6 +19,7 @@ from cost_models.meshslice import (
     sliced_dim,
     valid_slice_counts,
 )
+from cost_models.transpose import transpose_cost
 from cost_models.types import (
     Axis,
     CollectiveCall,
@@ -53,6 +54,7 @@ __all__ = [
     "ring_collective_terms",
     "saturating_efficiency",
     "send_recv_cost",
+    "transpose_cost",
     "sharding_violation",
     "slice_count_violation",
     "sliced_dim",

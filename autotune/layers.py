@@ -1,0 +1,70 @@
+"""The fully connected (FC) layers of one transformer block, sized for one
+micro-batch of one tensor-parallel group."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autotune.specs.model import FfnKind, ModelSpec
+from autotune.specs.training import TrainingSpec
+
+QKV = "qkv"
+ATTN_OUT = "attn_out"
+FFN_GATE = "ffn_gate"
+FFN_UP = "ffn_up"
+FFN_DOWN = "ffn_down"
+
+
+@dataclass(frozen=True)
+class FCLayer:
+    """`Y = X @ W` with X `tokens x in_features`, W `in_features x out_features`.
+
+    `count_per_step` is how many times one chip runs this layer's three GEMMs
+    per training step: blocks on one pipeline stage times micro-batches.
+    """
+
+    name: str
+    in_features: int
+    out_features: int
+    tokens: int
+    count_per_step: int
+
+    @property
+    def flops_per_pass(self) -> float:
+        """FLOPs of one of its three GEMMs: `2 * T * I * O`."""
+        return 2.0 * self.tokens * self.in_features * self.out_features
+
+    @property
+    def training_flops(self) -> float:
+        """FLOPs of forward + backward-data + backward-weight, once."""
+        return 3.0 * self.flops_per_pass
+
+
+def blocks_per_stage(model: ModelSpec, training: TrainingSpec) -> int:
+    """Blocks on the busiest pipeline stage: `ceil(num_layers / pp)`."""
+    return math.ceil(model.num_layers / training.pipeline_parallel)
+
+
+def fc_layers(model: ModelSpec, training: TrainingSpec) -> list[FCLayer]:
+    """The FC layers of a block in model order.
+
+    GELU blocks (GPT-3 style, model.md section 3): QKV `H -> (nh + 2 nkv) d`,
+    attention output `nh d -> H`, FFN up `H -> F`, FFN down `F -> H`. SwiGLU
+    blocks (seed 001 "SwiGLU") add a gate projection `H -> F` beside the up
+    projection. Grouped-query attention shrinks the K and V parts of QKV to
+    `nkv` heads.
+    """
+    tokens = training.tokens_per_micro_batch
+    count = blocks_per_stage(model, training) * training.micro_batches
+    h = model.hidden_size
+    qkv_out = (model.num_heads + 2 * model.kv_heads) * model.head_dim
+    layers = [
+        FCLayer(QKV, h, qkv_out, tokens, count),
+        FCLayer(ATTN_OUT, model.attention_width, h, tokens, count),
+    ]
+    if model.ffn_kind is FfnKind.SWIGLU:
+        layers.append(FCLayer(FFN_GATE, h, model.ffn_size, tokens, count))
+    layers.append(FCLayer(FFN_UP, h, model.ffn_size, tokens, count))
+    layers.append(FCLayer(FFN_DOWN, model.ffn_size, h, tokens, count))
+    return layers

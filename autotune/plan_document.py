@@ -1,0 +1,176 @@
+"""Build the sharding-config document from a plan result (no arithmetic
+beyond unit-free copying: every number comes from the result)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cost_models import TimeBreakdown
+
+from autotune.loading import sha256_of
+from autotune.plan_schema import (
+    PLAN_SCHEMA,
+    BreakdownDoc,
+    CalibrationRefDoc,
+    CandidateDoc,
+    CollectiveDoc,
+    ComparisonDoc,
+    GemmDoc,
+    InputsDoc,
+    LayerDoc,
+    MeshDoc,
+    PhysicalGemmDoc,
+    PlanDocument,
+    SummaryDoc,
+    TensorDoc,
+    TransposeDoc,
+)
+from autotune.results import GemmPlan, LayerPlan, PlanResult
+
+
+def _breakdown(b: TimeBreakdown) -> BreakdownDoc:
+    return BreakdownDoc(
+        total_s=b.total_s,
+        compute_s=b.compute_s,
+        launch_s=b.launch_s,
+        sync_s=b.sync_s,
+        transfer_s=b.transfer_s,
+        exposed_comm_s=b.exposed_comm_s,
+    )
+
+
+def _gemm(g: GemmPlan) -> GemmDoc:
+    s = g.shape
+    e = g.estimate
+    return GemmDoc(
+        gemm_pass=s.gemm_pass.value,
+        expression=s.expression,
+        dataflow=s.dataflow.value,
+        transposed=s.transposed,
+        m=s.m,
+        n=s.n,
+        k=s.k,
+        executed_as=PhysicalGemmDoc(
+            dataflow=s.physical_dataflow.value, m=s.physical_m, n=s.physical_n, k=s.physical_k
+        ),
+        num_slices=g.num_slices,
+        valid_slice_counts=list(g.valid_slice_counts),
+        time_s=e.total_s,
+        prologue_s=e.prologue_s,
+        steady_s=e.steady_s,
+        epilogue_s=e.epilogue_s,
+        breakdown=_breakdown(e.breakdown),
+        collectives=[
+            CollectiveDoc(
+                op=c.op.value,
+                axis=c.axis.value,
+                ring_size=c.ring_size,
+                shard_bytes=c.shard_bytes,
+                count=c.count,
+                bytes_sent_per_chip=c.bytes_sent_per_chip,
+            )
+            for c in e.calls
+        ],
+    )
+
+
+def _layer(lp: LayerPlan) -> LayerDoc:
+    per_step = lp.breakdown_per_step
+    return LayerDoc(
+        name=lp.layer.name,
+        in_features=lp.layer.in_features,
+        out_features=lp.layer.out_features,
+        tokens=lp.layer.tokens,
+        count_per_step=lp.layer.count_per_step,
+        stationary=lp.stationary.value,
+        transposed=lp.transposed,
+        size_rule_stationary=lp.size_rule_stationary.value,
+        time_per_step_s=per_step.total_s,
+        exposed_comm_per_step_s=per_step.exposed_comm_s,
+        tensors=[
+            TensorDoc(
+                name=t.name,
+                shape=list(t.shape),
+                dims=list(t.dims),
+                partition_spec=list(t.partition_spec),
+                placements=list(t.placements),
+                stored_transposed=t.stored_transposed,
+            )
+            for t in lp.tensors
+        ],
+        gemms=[_gemm(g) for g in lp.gemms],
+    )
+
+
+def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
+    cal = result.inputs.calibration
+    path = result.inputs.calibration_ref
+    digest = sha256_of(path) if path and Path(path).is_file() else None
+    return CalibrationRefDoc(name=cal.name, source=cal.source, path=path, sha256=digest)
+
+
+def to_document(result: PlanResult) -> PlanDocument:
+    """The plan as a validated `meshtune.plan/1` document."""
+    inp = result.inputs
+    cmp = result.comparison
+    comparison = None
+    if cmp is not None:
+        note = cmp.reason
+        if note is None and cmp.same_mesh_step_fc_time_s is None:
+            note = "the size rule has no feasible plan on the chosen mesh"
+        comparison = ComparisonDoc(
+            size_rule_mesh=[cmp.mesh.num_rows, cmp.mesh.num_cols] if cmp.mesh else None,
+            size_rule_step_fc_time_s=cmp.step_fc_time_s,
+            size_rule_same_mesh_step_fc_time_s=cmp.same_mesh_step_fc_time_s,
+            differing_layers=list(cmp.differing_layers),
+            note=note,
+        )
+    return PlanDocument(
+        schema_=PLAN_SCHEMA,
+        mesh=MeshDoc(
+            num_rows=result.mesh.num_rows,
+            num_cols=result.mesh.num_cols,
+            num_chips=result.mesh.num_chips,
+            axis_names=["row", "col"],
+            block_size=inp.cluster.block_size,
+            residual_stream_transposed=result.residual_transposed,
+        ),
+        summary=SummaryDoc(
+            step_fc_time_s=result.step_fc_time_s,
+            fc_flops_per_step=result.fc_flops_per_step,
+            flop_utilization=result.flop_utilization,
+            peak_flops_per_s=result.peak_flops_per_s,
+            transposes_per_block=len(result.transposes),
+            transpose_s_per_step=result.transpose_s_per_step,
+            breakdown=_breakdown(result.breakdown_per_step),
+        ),
+        layers=[_layer(lp) for lp in result.layers],
+        transposes=[TransposeDoc(where=t.where, rows=t.rows, cols=t.cols) for t in result.transposes],
+        mesh_candidates=[
+            CandidateDoc(
+                num_rows=c.mesh.num_rows,
+                num_cols=c.mesh.num_cols,
+                feasible=c.feasible,
+                step_fc_time_s=c.step_fc_time_s,
+                stationaries=c.stationaries,
+                reason=c.reason,
+            )
+            for c in result.candidates
+        ],
+        dataflow_comparison=comparison,
+        inputs=InputsDoc(
+            plan_file=inp.source_file,
+            model=inp.model.model_dump(mode="json"),
+            training=inp.training.model_dump(mode="json"),
+            cluster=inp.cluster.model_dump(mode="json"),
+            cluster_ref=inp.cluster_ref,
+            calibration=_calibration_ref(result),
+            search=inp.search.model_dump(mode="json"),
+            dataflow_policy=result.policy.value,
+        ),
+    )
+
+
+def to_json(result: PlanResult) -> str:
+    """The document as JSON text (2-space indent, trailing newline)."""
+    return to_document(result).model_dump_json(indent=2, by_alias=True) + "\n"

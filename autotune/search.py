@@ -1,0 +1,313 @@
+"""Phase 2: every allowed mesh shape, every valid slice count per GEMM, and
+the ranked result (seed 000 section 3.2.2; model.md section 8).
+
+The layers' best slice counts are independent, so a mesh shape's time is a
+sum of per-GEMM minima; the search is exhaustive and takes milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models import (
+    CommModel,
+    ComputeModel,
+    MeshShape,
+    TimeBreakdown,
+    meshslice_estimate,
+    meshslice_times,
+    sharding_violation,
+    slice_count_violation,
+    transpose_cost,
+    valid_slice_counts,
+)
+
+from autotune.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
+from autotune.errors import InputError, NoFeasiblePlanError
+from autotune.hardware import comm_model, compute_model
+from autotune.layers import FCLayer, fc_layers
+from autotune.phase1 import Selection, Transpose, select
+from autotune.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandidate, PlanResult
+from autotune.specs.cluster import ClusterSpec
+from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    """Everything the per-GEMM cost needs, in base units."""
+
+    comm: CommModel
+    compute: ComputeModel
+    element_bytes: int
+    block: int
+    overlap_slowdown: float
+    max_slices: int | None
+    scope: SliceScope
+
+
+def search_context(inp: PlanInput) -> SearchContext:
+    """Cost-model inputs of a plan (the cluster's overlap slowdown, when
+    given, overrides the calibration's)."""
+    slowdown = inp.cluster.overlap_slowdown
+    return SearchContext(
+        comm=comm_model(inp.calibration),
+        compute=compute_model(inp.calibration),
+        element_bytes=inp.training.dtype.num_bytes,
+        block=inp.cluster.block_size,
+        overlap_slowdown=slowdown if slowdown is not None else inp.calibration.overlap_slowdown,
+        max_slices=inp.search.max_slice_count,
+        scope=inp.search.slice_count_per,
+    )
+
+
+def tp_chip_count(inp: PlanInput) -> int:
+    """Chips of one tensor-parallel group: `num_chips / (dp * pp)`."""
+    t = inp.training
+    groups = t.data_parallel * t.pipeline_parallel
+    tp, rem = divmod(inp.cluster.num_chips, groups)
+    if rem:
+        raise InputError(
+            f"is not divisible by data_parallel * pipeline_parallel = {groups}",
+            file=inp.source_file,
+            field="cluster.num_chips",
+            value=inp.cluster.num_chips,
+            fix="choose parallel degrees whose product divides the chip count",
+        )
+    return tp
+
+
+def mesh_shapes(cluster: ClusterSpec, tp_chips: int, file: str | None = None) -> list[MeshShape]:
+    """The allowed `Nr x Nc` meshes of `tp_chips` chips: the cluster's list,
+    or every factor pair with both sides >= min_axis_size."""
+    if cluster.mesh_shapes is not None:
+        shapes = [MeshShape(r, c) for r, c in cluster.mesh_shapes if r * c == tp_chips]
+        if not shapes:
+            listed = ", ".join(f"{r}x{c}" for r, c in cluster.mesh_shapes)
+            raise InputError(
+                f"has no shape with rows*cols = {tp_chips} tensor-parallel chips (listed: {listed})",
+                file=file,
+                field="cluster.mesh_shapes",
+                fix=f"add a shape whose rows*cols is {tp_chips} or change num_chips",
+            )
+        return shapes
+    shapes = [
+        MeshShape(r, tp_chips // r)
+        for r in range(1, tp_chips + 1)
+        if tp_chips % r == 0 and min(r, tp_chips // r) >= cluster.min_axis_size
+    ]
+    if not shapes:
+        raise InputError(
+            f"leaves no mesh shape of {tp_chips} chips with both sides >= {cluster.min_axis_size}",
+            file=file,
+            field="cluster.min_axis_size",
+            value=cluster.min_axis_size,
+            fix="lower min_axis_size or use a chip count with more factors",
+        )
+    return shapes
+
+
+def _gemm_mesh(shape: GemmShape, mesh: MeshShape) -> MeshShape:
+    return mesh.transposed() if shape.transposed else mesh
+
+
+def gemm_slice_options(
+    shape: GemmShape, mesh: MeshShape, ctx: SearchContext
+) -> tuple[list[int], np.ndarray | None, str | None]:
+    """Valid slice counts of a GEMM, their predicted times, or why none."""
+    m = _gemm_mesh(shape, mesh)
+    valid = valid_slice_counts(
+        shape.dataflow, shape.m, shape.n, shape.k, m, ctx.block, ctx.max_slices
+    )
+    if not valid:
+        why = sharding_violation(shape.dataflow, shape.m, shape.n, shape.k, m) or (
+            slice_count_violation(shape.dataflow, shape.m, shape.n, shape.k, m, ctx.block, 1)
+        )
+        return [], None, f"{shape.gemm_pass.value} {shape.dataflow.value}: {why}"
+    times = meshslice_times(
+        shape.dataflow, shape.m, shape.n, shape.k, mesh, valid, ctx.element_bytes,
+        ctx.comm, ctx.compute, shape.transposed, ctx.overlap_slowdown,
+    )["total_s"]
+    return valid, times, None
+
+
+class MeshEvaluator:
+    """Prices layer options on one mesh shape, with a cache."""
+
+    def __init__(self, inp: PlanInput, layers: Sequence[FCLayer], mesh: MeshShape,
+                 ctx: SearchContext) -> None:
+        self.inp, self.layers, self.mesh, self.ctx = inp, layers, mesh, ctx
+        self._cache: dict[tuple[int, Stationary, bool], tuple[float, tuple[int, ...]] | str] = {}
+
+    def option(self, idx: int, st: Stationary, transposed: bool) -> tuple[float, tuple[int, ...]] | str:
+        """(seconds for the layer's 3 GEMMs once, their slice counts) or a reason."""
+        key = (idx, st, transposed)
+        if key not in self._cache:
+            self._cache[key] = self._price(idx, st, transposed)
+        return self._cache[key]
+
+    def _price(self, idx: int, st: Stationary, transposed: bool):
+        shapes = table1(self.layers[idx], st, transposed)
+        options = [gemm_slice_options(s, self.mesh, self.ctx) for s in shapes]
+        for _, _, why in options:
+            if why is not None:
+                return f"{self.layers[idx].name} {st.value}-stationary: {why}"
+        if self.ctx.scope is SliceScope.GEMM:
+            picks = [int(np.argmin(times)) for _, times, _ in options]
+            slices = tuple(valid[p] for (valid, _, _), p in zip(options, picks, strict=True))
+            total = sum(float(times[p]) for (_, times, _), p in zip(options, picks, strict=True))
+            return total, slices
+        common = sorted(set.intersection(*(set(v) for v, _, _ in options)))
+        if not common:
+            return f"{self.layers[idx].name} {st.value}-stationary: no slice count valid for all 3 GEMMs"
+        sums = np.zeros(len(common))
+        for valid, times, _ in options:
+            pos = {s: i for i, s in enumerate(valid)}
+            sums += np.array([times[pos[s]] for s in common])
+        best = int(np.argmin(sums))
+        return float(sums[best]), (common[best],) * 3
+
+    def layer_cost(self, idx: int, st: Stationary, transposed: bool) -> float | None:
+        """Seconds for the layer once, or None when infeasible."""
+        opt = self.option(idx, st, transposed)
+        return None if isinstance(opt, str) else opt[0]
+
+    def transpose_s(self, t: Transpose) -> float:
+        """Seconds of one transpose of the activation `t` on this mesh."""
+        return transpose_cost(t.rows, t.cols, self.ctx.element_bytes, self.mesh, self.ctx.comm).total_s
+
+    def attention_check(self, state: bool) -> str | None:
+        """Why the attention core would need communication with QKV's output
+        in layout `state` (True = TRANSPOSED), or None.
+
+        Attention is local when every chip holds whole heads and whole
+        sequences (the paper's assumption that non-FC ops add no traffic):
+        heads divide over the features' mesh axis, the micro-batch's
+        sequences over the tokens' axis.
+        """
+        if not self.inp.search.attention_locality:
+            return None
+        tokens_axis = self.mesh.num_cols if state else self.mesh.num_rows
+        feature_axis = self.mesh.num_rows if state else self.mesh.num_cols
+        model = self.inp.model
+        for label, heads in (("num_heads", model.num_heads), ("num_kv_heads", model.kv_heads)):
+            if heads % feature_axis:
+                return f"attention: {label}={heads} not divisible by the feature axis ({feature_axis})"
+        seqs = self.inp.training.micro_batch_sequences
+        if seqs % tokens_axis:
+            return f"attention: {seqs} sequences not divisible by the token axis ({tokens_axis})"
+        return None
+
+
+def _select(policy: DataflowPolicy, ev: MeshEvaluator) -> Selection | str:
+    return select(policy, ev.layers, ev.layer_cost, ev.transpose_s, ev.attention_check)
+
+
+def _layer_plans(ev: MeshEvaluator, sel: Selection) -> tuple[LayerPlan, ...]:
+    plans = []
+    for idx, (layer, (st, transposed)) in enumerate(zip(ev.layers, sel.choices, strict=True)):
+        opt = ev.option(idx, st, transposed)
+        assert not isinstance(opt, str)
+        gemms = []
+        for shape, s in zip(table1(layer, st, transposed), opt[1], strict=True):
+            m = _gemm_mesh(shape, ev.mesh)
+            valid = valid_slice_counts(shape.dataflow, shape.m, shape.n, shape.k, m, ev.ctx.block,
+                                       ev.ctx.max_slices)
+            est = meshslice_estimate(
+                shape.dataflow, shape.m, shape.n, shape.k, ev.mesh, s, ev.ctx.element_bytes,
+                ev.ctx.comm, ev.ctx.compute, shape.transposed, ev.ctx.overlap_slowdown,
+            )
+            gemms.append(GemmPlan(shape, s, tuple(valid), est))
+        plans.append(LayerPlan(layer, st, transposed, size_rule(layer),
+                               tensor_layouts(layer, st, transposed), tuple(gemms)))
+    return tuple(plans)
+
+
+def _stationaries(sel: Selection) -> str:
+    return " ".join(st.value + ("ᵀ" if t else "") for st, t in sel.choices)
+
+
+def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
+    """Plan the FC layers of `inp`: phase 1 under `policy` (default: the
+    spec's), phase 2 over every allowed mesh shape; the fastest wins."""
+    policy = policy or inp.search.dataflow
+    ctx = search_context(inp)
+    layers = fc_layers(inp.model, inp.training)
+    tp = tp_chip_count(inp)
+    count = layers[0].count_per_step
+    rows: list[tuple[MeshShape, MeshEvaluator, Selection | str, Selection | str | None]] = []
+    for mesh in mesh_shapes(inp.cluster, tp, inp.source_file):
+        ev = MeshEvaluator(inp, layers, mesh, ctx)
+        sel = _select(policy, ev)
+        ref = _select(DataflowPolicy.SIZE_RULE, ev) if policy is not DataflowPolicy.SIZE_RULE else None
+        rows.append((mesh, ev, sel, ref))
+
+    candidates = sorted(
+        (
+            MeshCandidate(mesh, True, sel.cost_s * count, None, _stationaries(sel))
+            if isinstance(sel, Selection)
+            else MeshCandidate(mesh, False, None, sel, None)
+            for mesh, _, sel, _ in rows
+        ),
+        key=lambda c: (not c.feasible, c.step_fc_time_s or 0.0, c.mesh.num_rows),
+    )
+    feasible = [r for r in rows if isinstance(r[2], Selection)]
+    if not feasible:
+        reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates[:6])
+        raise NoFeasiblePlanError(f"no feasible mesh shape for {tp} chips ({reasons})")
+    mesh, ev, sel, _ = min(feasible, key=lambda r: (r[2].cost_s, r[0].num_rows))
+    assert isinstance(sel, Selection)
+
+    layer_plans = _layer_plans(ev, sel)
+    transpose_step_s = sum(2.0 * ev.transpose_s(t) for t in sel.transposes) * count
+    breakdown = TimeBreakdown.zero()
+    for lp in layer_plans:
+        breakdown = breakdown + lp.breakdown_per_step
+    for t in sel.transposes:
+        c = transpose_cost(t.rows, t.cols, ctx.element_bytes, mesh, ctx.comm).scaled(2.0 * count)
+        breakdown = breakdown + TimeBreakdown(c.total_s, 0.0, c.launch_s, c.sync_s, c.transfer_s)
+
+    return PlanResult(
+        inputs=inp,
+        policy=policy,
+        mesh=mesh,
+        tp_chips=tp,
+        layers=layer_plans,
+        residual_transposed=sel.residual_state,
+        transposes=sel.transposes,
+        transpose_s_per_step=transpose_step_s,
+        breakdown_per_step=breakdown,
+        fc_flops_per_step=sum(layer.training_flops for layer in layers) * count,
+        peak_flops_per_s=inp.cluster.peak_flops_per_s(inp.training.dtype.value),
+        candidates=tuple(candidates),
+        comparison=_comparison(policy, rows, mesh, sel, count),
+    )
+
+
+def _comparison(policy, rows, mesh, sel, count) -> DataflowComparison | None:
+    """Where the size rule's plan differs from the chosen one."""
+    if policy is DataflowPolicy.SIZE_RULE:
+        return None
+    refs = [(m, r) for m, _, _, r in rows if isinstance(r, Selection)]
+    if not refs:
+        return DataflowComparison(policy, None, None, None, (),
+                                  "the size rule has no feasible mesh shape")
+    best_mesh, best_ref = min(refs, key=lambda x: (x[1].cost_s, x[0].num_rows))
+    same = next((r for m, r in refs if m == mesh), None)
+    layers = next(ev.layers for m, ev, _, _ in rows if m == mesh)
+    differing = ()
+    if same is not None:
+        differing = tuple(
+            layer.name for layer, a, b in zip(layers, sel.choices, same.choices, strict=True)
+            if a != b
+        )
+    return DataflowComparison(
+        policy=policy,
+        mesh=best_mesh,
+        step_fc_time_s=best_ref.cost_s * count,
+        same_mesh_step_fc_time_s=same.cost_s * count if same is not None else None,
+        differing_layers=differing,
+        reason=None,
+    )
