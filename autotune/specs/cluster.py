@@ -31,7 +31,7 @@ class ClusterSpec(Spec):
     block_size: int = Field(
         default=8, gt=0, description="MeshSlice slicing block b (8 on TPU v4: 128x8 tiles)."
     )
-    mesh_shapes: list[tuple[int, int]] | None = Field(
+    mesh_shapes: list[list[int]] | None = Field(
         default=None,
         description="Allowed [rows, cols] meshes; omitted means every factor pair.",
     )
@@ -56,8 +56,11 @@ class ClusterSpec(Spec):
                     f"peak_tflops_per_s.{dtype} must be > 0, got {value}; fix: give the chip's peak"
                 )
         for shape in self.mesh_shapes or []:
-            if shape[0] < 1 or shape[1] < 1:
-                raise ValueError(f"mesh shape {list(shape)} must have positive sides")
+            if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+                raise ValueError(
+                    f"mesh_shapes entry {shape} must be [rows, cols] with positive sides; "
+                    "fix: write each shape as a two-number list such as [16, 16]"
+                )
         return self
 
     def peak_flops_per_s(self, dtype: str) -> float | None:
