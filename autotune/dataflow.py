@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from cost_models import Dataflow
-
 from autotune.layers import FCLayer
+from cost_models import Dataflow
 
 
 class Stationary(str, Enum):
@@ -85,7 +84,9 @@ _TABLE1: dict[Stationary, tuple[tuple[GemmPass, Dataflow, str, str, str], ...]] 
 _TWIN_DATAFLOW = {Dataflow.OS: Dataflow.OS, Dataflow.LS: Dataflow.RS, Dataflow.RS: Dataflow.LS}
 
 
-def table1(layer: FCLayer, stationary: Stationary, transposed: bool = False) -> tuple[GemmShape, ...]:
+def table1(
+    layer: FCLayer, stationary: Stationary, transposed: bool = False
+) -> tuple[GemmShape, ...]:
     """The forward, backward-data and backward-weight GEMMs of `layer` with
     `stationary` kept in place (Table 1), in the plain or transposed variant.
 
@@ -178,7 +179,9 @@ class TensorLayout:
     stored_transposed: bool
 
 
-def _layout(name: str, shape: tuple[int, int], dims: tuple[str, str], transposed: bool) -> TensorLayout:
+def _layout(
+    name: str, shape: tuple[int, int], dims: tuple[str, str], transposed: bool
+) -> TensorLayout:
     """NORMAL: dim 0 over the row axis, dim 1 over the col axis (JAX
     `PartitionSpec("row", "col")`, PyTorch DeviceMesh placements
     `[Shard(0), Shard(1)]` for mesh dims (row, col)); TRANSPOSED swaps."""
@@ -187,7 +190,9 @@ def _layout(name: str, shape: tuple[int, int], dims: tuple[str, str], transposed
     return TensorLayout(name, shape, dims, ("row", "col"), ("Shard(0)", "Shard(1)"), False)
 
 
-def tensor_layouts(layer: FCLayer, stationary: Stationary, transposed: bool) -> tuple[TensorLayout, ...]:
+def tensor_layouts(
+    layer: FCLayer, stationary: Stationary, transposed: bool
+) -> tuple[TensorLayout, ...]:
     """Sharding of X, W and Y implied by the dataflow (seed 000 section
     3.2.1: a matrix's rows go to mesh rows, its columns to mesh columns).
 
@@ -196,10 +201,22 @@ def tensor_layouts(layer: FCLayer, stationary: Stationary, transposed: bool) -> 
     """
     weight_t = (stationary is Stationary.X) != transposed
     return (
-        _layout("input", (layer.tokens, layer.in_features), ("tokens", "in_features"),
-                input_state(stationary, transposed)),
-        _layout("weight", (layer.in_features, layer.out_features), ("in_features", "out_features"),
-                weight_t),
-        _layout("output", (layer.tokens, layer.out_features), ("tokens", "out_features"),
-                output_state(stationary, transposed)),
+        _layout(
+            "input",
+            (layer.tokens, layer.in_features),
+            ("tokens", "in_features"),
+            input_state(stationary, transposed),
+        ),
+        _layout(
+            "weight",
+            (layer.in_features, layer.out_features),
+            ("in_features", "out_features"),
+            weight_t,
+        ),
+        _layout(
+            "output",
+            (layer.tokens, layer.out_features),
+            ("tokens", "out_features"),
+            output_state(stationary, transposed),
+        ),
     )

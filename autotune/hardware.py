@@ -3,9 +3,8 @@ place where spec units meet formula units)."""
 
 from __future__ import annotations
 
-from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams
-
 from autotune.specs.calibration import CalibrationSpec
+from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams
 
 
 def comm_model(calibration: CalibrationSpec) -> CommModel:

@@ -99,8 +99,12 @@ def _fix_for(error: dict[str, Any], model: type[BaseModel]) -> str | None:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         ctx = error.get("ctx", {})
         bound = next(iter(ctx.values()), None)
-        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-              "less_than_equal": "<="}[kind]
+        op = {
+            "greater_than": ">",
+            "greater_than_equal": ">=",
+            "less_than": "<",
+            "less_than_equal": "<=",
+        }[kind]
         return f"use a value {op} {bound}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return "use a value of the described type"
@@ -124,9 +128,7 @@ def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
     return [(f.alias or name) for name, f in fields.items()]
 
 
-def validate_spec(
-    model: type[SpecT], data: Any, *, file: str | None, prefix: str = ""
-) -> SpecT:
+def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: str = "") -> SpecT:
     """Validate `data` as `model`, turning the first failure into an
     InputError that names the file, the field path, the value and a fix."""
     try:
@@ -242,27 +244,45 @@ def load_plan_input(
     base = path.parent
 
     if "model" not in data:
-        raise InputError("is required", file=file, field="model",
-                         fix="add `model:` with a preset name or the model's fields")
+        raise InputError(
+            "is required",
+            file=file,
+            field="model",
+            fix="add `model:` with a preset name or the model's fields",
+        )
     model_ref = data["model"]
     if isinstance(model_ref, dict):
         model = validate_spec(ModelSpec, model_ref, file=file, prefix="model")
     elif isinstance(model_ref, str):
         model = load_model_spec(model_ref, base)
     else:
-        raise InputError("must be a preset name or a mapping", file=file, field="model",
-                         value=model_ref, fix="see examples/gpt3.yaml")
+        raise InputError(
+            "must be a preset name or a mapping",
+            file=file,
+            field="model",
+            value=model_ref,
+            fix="see examples/gpt3.yaml",
+        )
 
     if "training" not in data:
-        raise InputError("is required", file=file, field="training",
-                         fix="add `training:` with global_batch_sequences and sequence_length")
+        raise InputError(
+            "is required",
+            file=file,
+            field="training",
+            fix="add `training:` with global_batch_sequences and sequence_length",
+        )
     if not isinstance(data["training"], dict):
-        raise InputError("must be a mapping", file=file, field="training",
-                         value=data["training"], fix="see examples/gpt3.yaml")
+        raise InputError(
+            "must be a mapping",
+            file=file,
+            field="training",
+            value=data["training"],
+            fix="see examples/gpt3.yaml",
+        )
     training = validate_spec(TrainingSpec, data["training"], file=file, prefix="training")
 
-    cluster_src: Any = cluster_override if cluster_override is not None else data.get(
-        "cluster", DEFAULT_CLUSTER
+    cluster_src: Any = (
+        cluster_override if cluster_override is not None else data.get("cluster", DEFAULT_CLUSTER)
     )
     if isinstance(cluster_src, dict):
         cluster = validate_spec(ClusterSpec, cluster_src, file=file, prefix="cluster")
@@ -275,23 +295,38 @@ def load_plan_input(
         cluster_path = _resolve_ref(cluster_src, "clusters", base)
         cluster_base = cluster_path.parent
     else:
-        raise InputError("must be a preset name, a path or a mapping", file=file,
-                         field="cluster", value=cluster_src, fix="see examples/gpt3.yaml")
+        raise InputError(
+            "must be a preset name, a path or a mapping",
+            file=file,
+            field="cluster",
+            value=cluster_src,
+            fix="see examples/gpt3.yaml",
+        )
 
     if calibration_override is not None:
         calibration, calibration_ref = load_calibration(calibration_override, None)
     elif "calibration" in data:
         if not isinstance(data["calibration"], str):
-            raise InputError("must be a preset name or a path", file=file, field="calibration",
-                             value=data["calibration"], fix="e.g. `calibration: tpu-v4`")
+            raise InputError(
+                "must be a preset name or a path",
+                file=file,
+                field="calibration",
+                value=data["calibration"],
+                fix="e.g. `calibration: tpu-v4`",
+            )
         calibration, calibration_ref = load_calibration(data["calibration"], base)
     else:
         calibration, calibration_ref = load_calibration(cluster.calibration, cluster_base)
 
     search_data = data.get("search", {}) or {}
     if not isinstance(search_data, dict):
-        raise InputError("must be a mapping", file=file, field="search", value=search_data,
-                         fix="e.g. `search: {dataflow: cost}`")
+        raise InputError(
+            "must be a mapping",
+            file=file,
+            field="search",
+            value=search_data,
+            fix="e.g. `search: {dataflow: cost}`",
+        )
     search = validate_spec(SearchSpec, search_data, file=file, prefix="search")
 
     return PlanInput(

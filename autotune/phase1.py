@@ -97,8 +97,11 @@ def _branch(
         if state != mid:
             layer = layers[idx]
             transposes.append(
-                Transpose(f"{branch.name}: {layer.name} output before the element-wise product",
-                          layer.tokens, layer.out_features)
+                Transpose(
+                    f"{branch.name}: {layer.name} output before the element-wise product",
+                    layer.tokens,
+                    layer.out_features,
+                )
             )
     st2 = stationaries[-1]
     variant2 = variant_for_input(st2, mid)
@@ -106,8 +109,11 @@ def _branch(
     if output_state(st2, variant2) != s0:
         layer = layers[branch.second]
         transposes.append(
-            Transpose(f"{branch.name}: {layer.name} output before the residual add",
-                      layer.tokens, layer.out_features)
+            Transpose(
+                f"{branch.name}: {layer.name} output before the residual add",
+                layer.tokens,
+                layer.out_features,
+            )
         )
     return choices, transposes, mid
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cost_models import TimeBreakdown
-
 from autotune.loading import sha256_of
 from autotune.plan_schema import (
     PLAN_SCHEMA,
@@ -26,6 +24,7 @@ from autotune.plan_schema import (
     TransposeDoc,
 )
 from autotune.results import GemmPlan, LayerPlan, PlanResult
+from cost_models import TimeBreakdown
 
 
 def _breakdown(b: TimeBreakdown) -> BreakdownDoc:
@@ -145,7 +144,9 @@ def to_document(result: PlanResult) -> PlanDocument:
             breakdown=_breakdown(result.breakdown_per_step),
         ),
         layers=[_layer(lp) for lp in result.layers],
-        transposes=[TransposeDoc(where=t.where, rows=t.rows, cols=t.cols) for t in result.transposes],
+        transposes=[
+            TransposeDoc(where=t.where, rows=t.rows, cols=t.cols) for t in result.transposes
+        ],
         mesh_candidates=[
             CandidateDoc(
                 num_rows=c.mesh.num_rows,

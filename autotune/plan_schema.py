@@ -70,7 +70,9 @@ class GemmDoc(_Doc):
     gemm_pass: Literal["forward", "backward_data", "backward_weight"] = Field(alias="pass")
     expression: str = Field(description="The GEMM in Table 1 notation.")
     dataflow: Literal["OS", "LS", "RS"]
-    transposed: bool = Field(description="Transposed variant: plain schedule on the transposed mesh.")
+    transposed: bool = Field(
+        description="Transposed variant: plain schedule on the transposed mesh."
+    )
     m: int = Field(description="Output rows.")
     n: int = Field(description="Output columns.")
     k: int = Field(description="Contraction size.")

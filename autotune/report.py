@@ -54,11 +54,22 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
         + ("   residual stream stored transposed" if result.residual_transposed else "")
     )
 
-    layers = Table(title="FC layers (per training step, busiest pipeline stage)", box=box.SIMPLE_HEAD)
-    for col in ("layer", "in->out", "stationary", "fwd", "bwd-data", "bwd-weight", "time",
-                "exposed comm"):
-        layers.add_column(col, justify="right" if col in ("time", "exposed comm") else "left",
-                          no_wrap=True)
+    layers = Table(
+        title="FC layers (per training step, busiest pipeline stage)", box=box.SIMPLE_HEAD
+    )
+    for col in (
+        "layer",
+        "in->out",
+        "stationary",
+        "fwd",
+        "bwd-data",
+        "bwd-weight",
+        "time",
+        "exposed comm",
+    ):
+        layers.add_column(
+            col, justify="right" if col in ("time", "exposed comm") else "left", no_wrap=True
+        )
     for lp in result.layers:
         st = lp.stationary.value + (" transposed" if lp.transposed else "")
         if lp.stationary != lp.size_rule_stationary:
@@ -83,10 +94,13 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
     where.add_column("share of FC time", justify="right")
     where.add_row("compute", fmt_s(b.compute_s), fmt_pct(shares["compute"]))
     where.add_row("exposed communication", fmt_s(b.exposed_comm_s), fmt_pct(shares["exposed"]))
-    where.add_row("[dim]all launch (hidden or not)[/dim]", fmt_s(b.launch_s), fmt_pct(shares["launch"]))
+    where.add_row(
+        "[dim]all launch (hidden or not)[/dim]", fmt_s(b.launch_s), fmt_pct(shares["launch"])
+    )
     where.add_row("[dim]all sync (hidden or not)[/dim]", fmt_s(b.sync_s), fmt_pct(shares["sync"]))
-    where.add_row("[dim]all transfer (hidden or not)[/dim]", fmt_s(b.transfer_s),
-                  fmt_pct(shares["transfer"]))
+    where.add_row(
+        "[dim]all transfer (hidden or not)[/dim]", fmt_s(b.transfer_s), fmt_pct(shares["transfer"])
+    )
     if result.transposes:
         where.add_row("transposes", fmt_s(result.transpose_s_per_step), "")
     console.print(where)

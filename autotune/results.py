@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models import GemmEstimate, MeshShape, TimeBreakdown
-
 from autotune.dataflow import GemmShape, Stationary, TensorLayout
 from autotune.layers import FCLayer
 from autotune.phase1 import Transpose
 from autotune.specs.plan_input import DataflowPolicy, PlanInput
+from cost_models import GemmEstimate, MeshShape, TimeBreakdown
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,9 @@ class PlanResult:
         """FC FLOPs / (time * chips * peak), or None without a peak rate."""
         if not self.peak_flops_per_s:
             return None
-        return self.fc_flops_per_step / (self.step_fc_time_s * self.tp_chips * self.peak_flops_per_s)
+        return self.fc_flops_per_step / (
+            self.step_fc_time_s * self.tp_chips * self.peak_flops_per_s
+        )
 
 
 def breakdown_shares(b: TimeBreakdown) -> dict[str, float | None]:

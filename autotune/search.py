@@ -12,6 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
+from autotune.errors import InputError, NoFeasiblePlanError
+from autotune.hardware import comm_model, compute_model
+from autotune.layers import FCLayer, fc_layers
+from autotune.phase1 import Selection, Transpose, select
+from autotune.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandidate, PlanResult
+from autotune.specs.cluster import ClusterSpec
+from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
 from cost_models import (
     CommModel,
     ComputeModel,
@@ -24,15 +32,6 @@ from cost_models import (
     transpose_cost,
     valid_slice_counts,
 )
-
-from autotune.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
-from autotune.errors import InputError, NoFeasiblePlanError
-from autotune.hardware import comm_model, compute_model
-from autotune.layers import FCLayer, fc_layers
-from autotune.phase1 import Selection, Transpose, select
-from autotune.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandidate, PlanResult
-from autotune.specs.cluster import ClusterSpec
-from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,8 @@ def mesh_shapes(cluster: ClusterSpec, tp_chips: int, file: str | None = None) ->
         if not shapes:
             listed = ", ".join(f"{r}x{c}" for r, c in cluster.mesh_shapes)
             raise InputError(
-                f"has no shape with rows*cols = {tp_chips} tensor-parallel chips (listed: {listed})",
+                f"has no shape with rows*cols = {tp_chips} tensor-parallel chips "
+                f"(listed: {listed})",
                 file=file,
                 field="cluster.mesh_shapes",
                 fix=f"add a shape whose rows*cols is {tp_chips} or change num_chips",
@@ -127,8 +127,17 @@ def gemm_slice_options(
         )
         return [], None, f"{shape.gemm_pass.value} {shape.dataflow.value}: {why}"
     times = meshslice_times(
-        shape.dataflow, shape.m, shape.n, shape.k, mesh, valid, ctx.element_bytes,
-        ctx.comm, ctx.compute, shape.transposed, ctx.overlap_slowdown,
+        shape.dataflow,
+        shape.m,
+        shape.n,
+        shape.k,
+        mesh,
+        valid,
+        ctx.element_bytes,
+        ctx.comm,
+        ctx.compute,
+        shape.transposed,
+        ctx.overlap_slowdown,
     )["total_s"]
     return valid, times, None
 
@@ -136,12 +145,15 @@ def gemm_slice_options(
 class MeshEvaluator:
     """Prices layer options on one mesh shape, with a cache."""
 
-    def __init__(self, inp: PlanInput, layers: Sequence[FCLayer], mesh: MeshShape,
-                 ctx: SearchContext) -> None:
+    def __init__(
+        self, inp: PlanInput, layers: Sequence[FCLayer], mesh: MeshShape, ctx: SearchContext
+    ) -> None:
         self.inp, self.layers, self.mesh, self.ctx = inp, layers, mesh, ctx
         self._cache: dict[tuple[int, Stationary, bool], tuple[float, tuple[int, ...]] | str] = {}
 
-    def option(self, idx: int, st: Stationary, transposed: bool) -> tuple[float, tuple[int, ...]] | str:
+    def option(
+        self, idx: int, st: Stationary, transposed: bool
+    ) -> tuple[float, tuple[int, ...]] | str:
         """(seconds for the layer's 3 GEMMs once, their slice counts) or a reason."""
         key = (idx, st, transposed)
         if key not in self._cache:
@@ -161,7 +173,8 @@ class MeshEvaluator:
             return total, slices
         common = sorted(set.intersection(*(set(v) for v, _, _ in options)))
         if not common:
-            return f"{self.layers[idx].name} {st.value}-stationary: no slice count valid for all 3 GEMMs"
+            name = self.layers[idx].name
+            return f"{name} {st.value}-stationary: no slice count valid for all 3 GEMMs"
         sums = np.zeros(len(common))
         for valid, times, _ in options:
             pos = {s: i for i, s in enumerate(valid)}
@@ -176,7 +189,9 @@ class MeshEvaluator:
 
     def transpose_s(self, t: Transpose) -> float:
         """Seconds of one transpose of the activation `t` on this mesh."""
-        return transpose_cost(t.rows, t.cols, self.ctx.element_bytes, self.mesh, self.ctx.comm).total_s
+        return transpose_cost(
+            t.rows, t.cols, self.ctx.element_bytes, self.mesh, self.ctx.comm
+        ).total_s
 
     def attention_check(self, state: bool) -> str | None:
         """Why the attention core would need communication with QKV's output
@@ -194,7 +209,9 @@ class MeshEvaluator:
         model = self.inp.model
         for label, heads in (("num_heads", model.num_heads), ("num_kv_heads", model.kv_heads)):
             if heads % feature_axis:
-                return f"attention: {label}={heads} not divisible by the feature axis ({feature_axis})"
+                return (
+                    f"attention: {label}={heads} not divisible by the feature axis ({feature_axis})"
+                )
         seqs = self.inp.training.micro_batch_sequences
         if seqs % tokens_axis:
             return f"attention: {seqs} sequences not divisible by the token axis ({tokens_axis})"
@@ -213,15 +230,33 @@ def _layer_plans(ev: MeshEvaluator, sel: Selection) -> tuple[LayerPlan, ...]:
         gemms = []
         for shape, s in zip(table1(layer, st, transposed), opt[1], strict=True):
             m = _gemm_mesh(shape, ev.mesh)
-            valid = valid_slice_counts(shape.dataflow, shape.m, shape.n, shape.k, m, ev.ctx.block,
-                                       ev.ctx.max_slices)
+            valid = valid_slice_counts(
+                shape.dataflow, shape.m, shape.n, shape.k, m, ev.ctx.block, ev.ctx.max_slices
+            )
             est = meshslice_estimate(
-                shape.dataflow, shape.m, shape.n, shape.k, ev.mesh, s, ev.ctx.element_bytes,
-                ev.ctx.comm, ev.ctx.compute, shape.transposed, ev.ctx.overlap_slowdown,
+                shape.dataflow,
+                shape.m,
+                shape.n,
+                shape.k,
+                ev.mesh,
+                s,
+                ev.ctx.element_bytes,
+                ev.ctx.comm,
+                ev.ctx.compute,
+                shape.transposed,
+                ev.ctx.overlap_slowdown,
             )
             gemms.append(GemmPlan(shape, s, tuple(valid), est))
-        plans.append(LayerPlan(layer, st, transposed, size_rule(layer),
-                               tensor_layouts(layer, st, transposed), tuple(gemms)))
+        plans.append(
+            LayerPlan(
+                layer,
+                st,
+                transposed,
+                size_rule(layer),
+                tensor_layouts(layer, st, transposed),
+                tuple(gemms),
+            )
+        )
     return tuple(plans)
 
 
@@ -241,7 +276,11 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
     for mesh in mesh_shapes(inp.cluster, tp, inp.source_file):
         ev = MeshEvaluator(inp, layers, mesh, ctx)
         sel = _select(policy, ev)
-        ref = _select(DataflowPolicy.SIZE_RULE, ev) if policy is not DataflowPolicy.SIZE_RULE else None
+        ref = (
+            _select(DataflowPolicy.SIZE_RULE, ev)
+            if policy is not DataflowPolicy.SIZE_RULE
+            else None
+        )
         rows.append((mesh, ev, sel, ref))
 
     candidates = sorted(
@@ -292,15 +331,17 @@ def _comparison(policy, rows, mesh, sel, count) -> DataflowComparison | None:
         return None
     refs = [(m, r) for m, _, _, r in rows if isinstance(r, Selection)]
     if not refs:
-        return DataflowComparison(policy, None, None, None, (),
-                                  "the size rule has no feasible mesh shape")
+        return DataflowComparison(
+            policy, None, None, None, (), "the size rule has no feasible mesh shape"
+        )
     best_mesh, best_ref = min(refs, key=lambda x: (x[1].cost_s, x[0].num_rows))
     same = next((r for m, r in refs if m == mesh), None)
     layers = next(ev.layers for m, ev, _, _ in rows if m == mesh)
     differing = ()
     if same is not None:
         differing = tuple(
-            layer.name for layer, a, b in zip(layers, sel.choices, same.choices, strict=True)
+            layer.name
+            for layer, a, b in zip(layers, sel.choices, same.choices, strict=True)
             if a != b
         )
     return DataflowComparison(

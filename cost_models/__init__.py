@@ -54,9 +54,9 @@ __all__ = [
     "ring_collective_terms",
     "saturating_efficiency",
     "send_recv_cost",
-    "transpose_cost",
     "sharding_violation",
     "slice_count_violation",
     "sliced_dim",
+    "transpose_cost",
     "valid_slice_counts",
 ]

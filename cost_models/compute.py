@@ -11,7 +11,9 @@ from numpy.typing import ArrayLike
 def gemm_flops(m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
     """FLOPs of one `m x k` by `k x n` GEMM: `2 * m * n * k` (a multiply and
     an add per term). Dimensions are element counts."""
-    return 2.0 * np.asarray(m, dtype=float) * np.asarray(n, dtype=float) * np.asarray(k, dtype=float)
+    return (
+        2.0 * np.asarray(m, dtype=float) * np.asarray(n, dtype=float) * np.asarray(k, dtype=float)
+    )
 
 
 def saturating_efficiency(

@@ -311,8 +311,17 @@ def meshslice_estimate(
     """:func:`meshslice_times` for one slice count, as a `GemmEstimate` with
     its breakdown and the collectives it issues (same formula and units)."""
     t = meshslice_times(
-        dataflow, m, n, k, mesh, [num_slices], element_bytes, comm, compute,
-        transposed, overlap_slowdown,
+        dataflow,
+        m,
+        n,
+        k,
+        mesh,
+        [num_slices],
+        element_bytes,
+        comm,
+        compute,
+        transposed,
+        overlap_slowdown,
     )
     f = {key: float(v[0]) for key, v in t.items()}
     return GemmEstimate(

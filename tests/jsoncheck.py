@@ -18,6 +18,8 @@ def assert_json_close(actual, expected, path: str = "$", rel: float = 1e-9) -> N
             assert_json_close(a, e, f"{path}[{i}]", rel)
     elif isinstance(expected, float) and not isinstance(expected, bool):
         assert isinstance(actual, (int, float)), path
-        assert math.isclose(actual, expected, rel_tol=rel, abs_tol=1e-15), f"{path}: {actual} != {expected}"
+        assert math.isclose(actual, expected, rel_tol=rel, abs_tol=1e-15), (
+            f"{path}: {actual} != {expected}"
+        )
     else:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"

@@ -91,7 +91,10 @@ def test_transposed_variant_is_plain_on_transposed_mesh():
     assert twin.total_s == pytest.approx(plain.total_s)
     # A slices (OS's COL all-gather on the 4x2 mesh, ring 2) travel on the
     # physical ROW axis; B slices (ring 4) on the physical COL axis
-    assert {(c.op, c.axis, c.ring_size) for c in twin.calls} == {(AG, Axis.ROW, 2), (AG, Axis.COL, 4)}
+    assert {(c.op, c.axis, c.ring_size) for c in twin.calls} == {
+        (AG, Axis.ROW, 2),
+        (AG, Axis.COL, 4),
+    }
 
 
 def test_single_slice_is_unoverlapped_collective():
@@ -141,7 +144,11 @@ def test_valid_slice_counts_are_exactly_the_rule(dataflow, nr, nc, block, mult):
     mesh = MeshShape(nr, nc)
     valid = valid_slice_counts(dataflow, m, n, k, mesh, block)
     dim = {Dataflow.OS: k, Dataflow.LS: n, Dataflow.RS: m}[dataflow]
-    brute = [s for s in range(1, dim + 1) if slice_count_violation(dataflow, m, n, k, mesh, block, s) is None]
+    brute = [
+        s
+        for s in range(1, dim + 1)
+        if slice_count_violation(dataflow, m, n, k, mesh, block, s) is None
+    ]
     assert valid == brute
     assert 1 in valid
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from jsoncheck import assert_json_close
 
 from autotune.cli import main
 from autotune.plan_schema import PlanDocument, plan_json_schema
-from jsoncheck import assert_json_close
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("MESHTUNE_UPDATE_GOLDEN") == "1"
@@ -64,15 +64,17 @@ def test_out_file_and_table(repo_root, tmp_path):
 
 
 def test_dataflow_flag_always_w(repo_root):
-    doc = json.loads(run("plan", "examples/gpt3.yaml", "--format", "json", "--dataflow",
-                         "always-w").stdout)
+    doc = json.loads(
+        run("plan", "examples/gpt3.yaml", "--format", "json", "--dataflow", "always-w").stdout
+    )
     assert {layer["stationary"] for layer in doc["layers"]} == {"W"}
     assert doc["inputs"]["dataflow_policy"] == "always-w"
 
 
 def test_cluster_override_changes_chip_count(repo_root):
-    doc = json.loads(run("plan", "examples/gpt3.yaml", "--cluster", "tpu-v4-64", "--format",
-                         "json").stdout)
+    doc = json.loads(
+        run("plan", "examples/gpt3.yaml", "--cluster", "tpu-v4-64", "--format", "json").stdout
+    )
     assert doc["mesh"]["num_chips"] == 64
 
 
@@ -115,30 +117,54 @@ def write(tmp_path: Path, text: str, name: str = "plan.yaml") -> str:
     ("edit", "pattern"),
     [
         # missing field
-        (lambda s: s.replace("  num_layers: 2\n", ""),
-         r"plan\.yaml: model\.num_layers: is required; fix: add `num_layers:`"),
+        (
+            lambda s: s.replace("  num_layers: 2\n", ""),
+            r"plan\.yaml: model\.num_layers: is required; fix: add `num_layers:`",
+        ),
         # unknown key
-        (lambda s: s.replace("  sequence_length: 128\n", "  sequence_length: 128\n  batch: 3\n"),
-         r"training\.batch: got 3; is not a known key; fix: remove it or correct the spelling \(allowed: global_batch_sequences"),
+        (
+            lambda s: s.replace("  sequence_length: 128\n", "  sequence_length: 128\n  batch: 3\n"),
+            r"training\.batch: got 3; is not a known key; "
+            r"fix: remove it or correct the spelling \(allowed: global_batch_sequences",
+        ),
         # negative size
-        (lambda s: s.replace("hidden_size: 1024", "hidden_size: -1024"),
-         r"model\.hidden_size: got -1024; Input should be greater than 0; fix: use a value > 0"),
+        (
+            lambda s: s.replace("hidden_size: 1024", "hidden_size: -1024"),
+            r"model\.hidden_size: got -1024; Input should be greater than 0; fix: use a value > 0",
+        ),
         # heads not divisible
-        (lambda s: s.replace("  head_dim: 128\n", "  head_dim: 128\n  num_kv_heads: 3\n"),
-         r"model: num_heads \(8\) must be a multiple of num_kv_heads \(3\); fix: use a num_kv_heads"),
+        (
+            lambda s: s.replace("  head_dim: 128\n", "  head_dim: 128\n  num_kv_heads: 3\n"),
+            r"model: num_heads \(8\) must be a multiple of num_kv_heads \(3\); "
+            r"fix: use a num_kv_heads",
+        ),
         # a chip count with no allowed mesh shape
-        (lambda s: s.replace("cluster: tpu-v4-16\n", "cluster:\n  name: c\n  num_chips: 16\n"
-                             "  peak_tflops_per_s: {bf16: 275}\n  mesh_shapes: [[4, 8], [2, 2]]\n"),
-         r"cluster\.mesh_shapes: has no shape with rows\*cols = 16 .* fix: add a shape whose rows\*cols is 16"),
+        (
+            lambda s: s.replace(
+                "cluster: tpu-v4-16\n",
+                "cluster:\n  name: c\n  num_chips: 16\n"
+                "  peak_tflops_per_s: {bf16: 275}\n  mesh_shapes: [[4, 8], [2, 2]]\n",
+            ),
+            r"cluster\.mesh_shapes: has no shape with rows\*cols = 16 .* "
+            r"fix: add a shape whose rows\*cols is 16",
+        ),
         # wrong type (strict: no silent coercion of a string to an int)
-        (lambda s: s.replace("num_layers: 2", "num_layers: '2'"),
-         r"model\.num_layers: got '2'; Input should be a valid integer"),
+        (
+            lambda s: s.replace("num_layers: 2", "num_layers: '2'"),
+            r"model\.num_layers: got '2'; Input should be a valid integer",
+        ),
         # batch not divisible by data parallel
-        (lambda s: s.replace("  sequence_length: 128\n", "  sequence_length: 128\n  data_parallel: 3\n"),
-         r"training: .*not divisible by data_parallel \(3\); fix:"),
+        (
+            lambda s: s.replace(
+                "  sequence_length: 128\n", "  sequence_length: 128\n  data_parallel: 3\n"
+            ),
+            r"training: .*not divisible by data_parallel \(3\); fix:",
+        ),
         # unknown preset
-        (lambda s: s.replace("cluster: tpu-v4-16", "cluster: tpu-v9"),
-         r"cluster: got 'tpu-v9'; is neither a cluster preset nor a file; fix: use one of"),
+        (
+            lambda s: s.replace("cluster: tpu-v4-16", "cluster: tpu-v9"),
+            r"cluster: got 'tpu-v9'; is neither a cluster preset nor a file; fix: use one of",
+        ),
     ],
 )
 def test_bad_input_one_line_exit_2(tmp_path, edit, pattern):
@@ -191,7 +217,9 @@ def test_out_folder_missing_writes_nothing(tmp_path):
 
 def test_no_feasible_plan_exit_1(tmp_path):
     # hidden 36 cannot be split into blocks of 8 on any mesh of 16 chips
-    text = BASE.replace("hidden_size: 1024", "hidden_size: 36").replace("num_heads: 8", "num_heads: 3")
+    text = BASE.replace("hidden_size: 1024", "hidden_size: 36").replace(
+        "num_heads: 8", "num_heads: 3"
+    )
     text = text.replace("head_dim: 128", "head_dim: 12").replace("ffn_size: 4096", "ffn_size: 100")
     result = run("plan", write(tmp_path, text))
     assert result.exit_code == 1

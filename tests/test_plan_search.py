@@ -15,15 +15,30 @@ from autotune.loading import load_calibration
 from autotune.search import plan
 from autotune.specs import ClusterSpec, ModelSpec, PlanInput, SearchSpec, TrainingSpec
 from autotune.specs.plan_input import DataflowPolicy, SliceScope
-from cost_models import MeshShape, meshslice_estimate, slice_count_violation, sliced_dim, transpose_cost
+from cost_models import (
+    MeshShape,
+    meshslice_estimate,
+    slice_count_violation,
+    sliced_dim,
+    transpose_cost,
+)
 
 CAL, _ = load_calibration("tpu-v4")
 
 
-def small_input(scope: str = "gemm", ffn_kind: str = "gelu", batch: int = 8, chips: int = 8) -> PlanInput:
+def small_input(
+    scope: str = "gemm", ffn_kind: str = "gelu", batch: int = 8, chips: int = 8
+) -> PlanInput:
     return PlanInput(
-        model=ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_heads=8, head_dim=8,
-                        ffn_size=256, ffn_kind=ffn_kind),
+        model=ModelSpec(
+            name="tiny",
+            num_layers=2,
+            hidden_size=64,
+            num_heads=8,
+            head_dim=8,
+            ffn_size=256,
+            ffn_kind=ffn_kind,
+        ),
         training=TrainingSpec(global_batch_sequences=batch, sequence_length=32),
         cluster=ClusterSpec(name="toy", num_chips=chips, peak_tflops_per_s={"bf16": 275.0}),
         calibration=CAL,
@@ -38,8 +53,18 @@ def _best_gemm_brute(shape, mesh, block):
     for s in range(1, sliced_dim(shape.dataflow, shape.m, shape.n, shape.k) + 1):
         if slice_count_violation(shape.dataflow, shape.m, shape.n, shape.k, m, block, s):
             continue
-        t = meshslice_estimate(shape.dataflow, shape.m, shape.n, shape.k, mesh, s, 2,
-                               comm_model(CAL), compute_model(CAL), shape.transposed).total_s
+        t = meshslice_estimate(
+            shape.dataflow,
+            shape.m,
+            shape.n,
+            shape.k,
+            mesh,
+            s,
+            2,
+            comm_model(CAL),
+            compute_model(CAL),
+            shape.transposed,
+        ).total_s
         if best is None or t < best[0]:
             best = (t, s)
     return best
@@ -60,7 +85,9 @@ def brute_force(inp: PlanInput, policy: DataflowPolicy):
             continue
         mesh = MeshShape(r, inp.cluster.num_chips // r)
         options = {
-            Stationary.Y: [Stationary.Y], Stationary.X: [Stationary.X], Stationary.W: [Stationary.W]
+            Stationary.Y: [Stationary.Y],
+            Stationary.X: [Stationary.X],
+            Stationary.W: [Stationary.W],
         }
         per_layer = []
         for layer in layers:
@@ -71,7 +98,7 @@ def brute_force(inp: PlanInput, policy: DataflowPolicy):
             else:
                 per_layer.append([Stationary.W])
         best = None
-        for s0 in ((False, True) if policy is DataflowPolicy.COST else (False,)):
+        for s0 in (False, True) if policy is DataflowPolicy.COST else (False,):
             for combo in itertools.product(*per_layer):
                 # the layout chain: qkv -> attn_out -> add; ffn_up -> ffn_down -> add
                 total, ok = 0.0, True
@@ -91,8 +118,9 @@ def brute_force(inp: PlanInput, policy: DataflowPolicy):
                                 total += g[0]
                 if not ok:
                     continue
-                tr = transpose_cost(layers[0].tokens, inp.model.hidden_size, 2, mesh,
-                                    comm_model(CAL)).total_s
+                tr = transpose_cost(
+                    layers[0].tokens, inp.model.hidden_size, 2, mesh, comm_model(CAL)
+                ).total_s
                 total += transposes * 2 * tr
                 if best is None or total < best:
                     best = total
@@ -125,11 +153,26 @@ def test_layer_scope_brute_force():
         shapes = [g.shape for g in lp.gemms]
         best = None
         for s in range(1, 4096):
-            if any(slice_count_violation(sh.dataflow, sh.m, sh.n, sh.k, result.mesh, 8, s)
-                   for sh in shapes):
+            if any(
+                slice_count_violation(sh.dataflow, sh.m, sh.n, sh.k, result.mesh, 8, s)
+                for sh in shapes
+            ):
                 continue
-            t = sum(meshslice_estimate(sh.dataflow, sh.m, sh.n, sh.k, result.mesh, s, 2, ctx_comm,
-                                       ctx_comp, sh.transposed).total_s for sh in shapes)
+            t = sum(
+                meshslice_estimate(
+                    sh.dataflow,
+                    sh.m,
+                    sh.n,
+                    sh.k,
+                    result.mesh,
+                    s,
+                    2,
+                    ctx_comm,
+                    ctx_comp,
+                    sh.transposed,
+                ).total_s
+                for sh in shapes
+            )
             best = t if best is None else min(best, t)
         total += best * lp.layer.count_per_step
         assert len({g.num_slices for g in lp.gemms}) == 1

@@ -65,7 +65,12 @@ def test_transposed_twins(stationary):
     for g, (df, (m, n, k), _), expr in zip(gemms, PLAIN[stationary], TWIN[stationary], strict=True):
         assert g.transposed is True and g.dataflow is df and (g.m, g.n, g.k) == (m, n, k)
         assert g.expression == expr
-        assert (g.physical_dataflow, g.physical_m, g.physical_n, g.physical_k) == (SWAP[df], n, m, k)
+        assert (g.physical_dataflow, g.physical_m, g.physical_n, g.physical_k) == (
+            SWAP[df],
+            n,
+            m,
+            k,
+        )
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ def guarded(fn: F) -> F:
             raise
         except click.ClickException:
             raise
-        except Exception as exc:  # noqa: BLE001 - the CLI boundary never shows a traceback
+        except Exception as exc:
             if os.environ.get("MESHTUNE_DEBUG"):
                 raise
             msg = " ".join(str(exc).split())

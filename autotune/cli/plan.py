@@ -9,19 +9,48 @@ from autotune.cli.common import guarded
 
 @click.command()
 @click.argument("model_file", type=click.Path(dir_okay=False))
-@click.option("--cluster", "cluster", metavar="FILE_OR_PRESET",
-              help="Cluster YAML or preset name (overrides the plan file's).")
-@click.option("--calibration", "calibration", metavar="FILE_OR_PRESET",
-              help="Calibration JSON from `meshtune calibrate` or a preset (overrides).")
-@click.option("--dataflow", type=click.Choice(["cost", "size-rule", "always-w"]), default=None,
-              help="Phase-1 policy (overrides the plan file's search.dataflow).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="Report on stdout as a table or as the JSON sharding config.")
-@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
-              help="Also write the JSON sharding config to this file (atomically).")
+@click.option(
+    "--cluster",
+    "cluster",
+    metavar="FILE_OR_PRESET",
+    help="Cluster YAML or preset name (overrides the plan file's).",
+)
+@click.option(
+    "--calibration",
+    "calibration",
+    metavar="FILE_OR_PRESET",
+    help="Calibration JSON from `meshtune calibrate` or a preset (overrides).",
+)
+@click.option(
+    "--dataflow",
+    type=click.Choice(["cost", "size-rule", "always-w"]),
+    default=None,
+    help="Phase-1 policy (overrides the plan file's search.dataflow).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Report on stdout as a table or as the JSON sharding config.",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the JSON sharding config to this file (atomically).",
+)
 @guarded
-def plan(model_file: str, cluster: str | None, calibration: str | None, dataflow: str | None,
-         fmt: str, out: str | None) -> None:
+def plan(
+    model_file: str,
+    cluster: str | None,
+    calibration: str | None,
+    dataflow: str | None,
+    fmt: str,
+    out: str | None,
+) -> None:
     """Plan MODEL_FILE (a plan YAML: model, training, optional cluster, calibration
     and search) on a 2D torus: per-FC-layer dataflows, mesh shape and slice counts.
 

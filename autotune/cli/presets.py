@@ -32,10 +32,14 @@ def presets() -> None:
     for name in preset_names("clusters"):
         c, _ = load_cluster_spec(name)
         peaks = ", ".join(f"{k} {v:g} TFLOP/s" for k, v in c.peak_tflops_per_s.items())
-        click.echo(f"  {name:<20} {c.num_chips} chips, {c.topology.value}, {peaks}, "
-                   f"calibration {c.calibration}")
+        click.echo(
+            f"  {name:<20} {c.num_chips} chips, {c.topology.value}, {peaks}, "
+            f"calibration {c.calibration}"
+        )
     click.echo("calibrations:")
     for name in calibration_preset_names():
         cal, _ = load_calibration(name)
-        click.echo(f"  {name:<20} {', '.join(sorted(cal.collectives))}; compute "
-                   f"{cal.compute.effective_flops_per_s / 1e12:.1f} TFLOP/s {cal.compute.dtype}")
+        click.echo(
+            f"  {name:<20} {', '.join(sorted(cal.collectives))}; compute "
+            f"{cal.compute.effective_flops_per_s / 1e12:.1f} TFLOP/s {cal.compute.dtype}"
+        )

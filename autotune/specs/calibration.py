@@ -3,7 +3,7 @@ and the compute rate, with the fit quality and source they came from."""
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from autotune.specs.base import Spec
 
@@ -85,7 +85,7 @@ class CalibrationSpec(Spec):
     )
     inputs: list[SourceFile] = Field(default_factory=list, description="Files fitted from.")
 
-    model_config = {**Spec.model_config, "populate_by_name": True}
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     @model_validator(mode="after")
     def _check(self) -> CalibrationSpec:
@@ -95,8 +95,13 @@ class CalibrationSpec(Spec):
                 "fix: write the file with `meshtune calibrate`"
             )
         known_ops = {
-            "all_gather", "reduce_scatter", "send_recv", "all_reduce",
-            "broadcast", "reduce", "all_to_all",
+            "all_gather",
+            "reduce_scatter",
+            "send_recv",
+            "all_reduce",
+            "broadcast",
+            "reduce",
+            "all_to_all",
         }
         for op, axes in self.collectives.items():
             if op not in known_ops:

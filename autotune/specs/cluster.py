@@ -22,7 +22,9 @@ class ClusterSpec(Spec):
     name: str = Field(description="Cluster name shown in reports.")
     num_chips: int = Field(gt=0, description="Chips in the cluster.")
     topology: Topology = Field(
-        default=Topology.TORUS, strict=False, description="torus: every mesh row and column is a ring."
+        default=Topology.TORUS,
+        strict=False,
+        description="torus: every mesh row and column is a ring.",
     )
     peak_tflops_per_s: dict[str, float] = Field(
         description="Per-chip peak dense TFLOP/s by dtype, e.g. {bf16: 275}."

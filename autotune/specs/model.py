@@ -29,10 +29,14 @@ class ModelSpec(Spec):
     )
     ffn_size: int = Field(gt=0, description="Feed-forward inner width.")
     ffn_kind: FfnKind = Field(
-        default=FfnKind.GELU, strict=False, description="gelu (up, down) or swiglu (gate, up, down)."
+        default=FfnKind.GELU,
+        strict=False,
+        description="gelu (up, down) or swiglu (gate, up, down).",
     )
     vocab_size: int | None = Field(
-        default=None, gt=0, description="Vocabulary size (informational; embeddings are not planned)."
+        default=None,
+        gt=0,
+        description="Vocabulary size (informational; embeddings are not planned).",
     )
 
     @model_validator(mode="after")
