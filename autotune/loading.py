@@ -197,7 +197,8 @@ def load_cluster_spec(ref: str | Path, base: Path | None = None) -> tuple[Cluste
 
 
 def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[CalibrationSpec, str]:
-    """A calibration preset name or JSON file; returns the spec and its path."""
+    """A calibration preset name or JSON file; returns the spec and the
+    preset name or the file's path."""
     path = _resolve_ref(str(ref), "calibrations", base)
     if not path.exists():
         raise InputError(
@@ -219,7 +220,16 @@ def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[Calibra
         raise InputError(
             "must be a JSON object", file=str(path), fix="pass a file from `meshtune calibrate`"
         )
-    return validate_spec(CalibrationSpec, data, file=str(path)), str(path)
+    from calibration_data import CALIBRATION_PRESETS
+
+    shown = str(ref) if str(ref) in CALIBRATION_PRESETS else str(path)
+    return validate_spec(CalibrationSpec, data, file=str(path)), shown
+
+
+def calibration_file(ref: str) -> Path | None:
+    """The file behind a calibration reference (preset name or path), if any."""
+    path = _resolve_ref(ref, "calibrations", None)
+    return path if path.is_file() else None
 
 
 def load_plan_input(

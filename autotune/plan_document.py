@@ -3,9 +3,7 @@ beyond unit-free copying: every number comes from the result)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from autotune.loading import sha256_of
+from autotune.loading import calibration_file, sha256_of
 from autotune.plan_schema import (
     PLAN_SCHEMA,
     BreakdownDoc,
@@ -104,7 +102,8 @@ def _layer(lp: LayerPlan) -> LayerDoc:
 def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
     cal = result.inputs.calibration
     path = result.inputs.calibration_ref
-    digest = sha256_of(path) if path and Path(path).is_file() else None
+    file = calibration_file(path) if path else None
+    digest = sha256_of(file) if file is not None else None
     return CalibrationRefDoc(name=cal.name, source=cal.source, path=path, sha256=digest)
 
 
