@@ -169,31 +169,29 @@ def _resolve_ref(ref: str, kind: str, base: Path | None) -> Path:
     return candidate
 
 
-def load_model_spec(ref: str | Path, base: Path | None = None) -> ModelSpec:
-    """A model preset name or YAML file."""
-    path = _resolve_ref(str(ref), "models", base)
+def _load_yaml_ref(
+    ref: str | Path, kind: str, field: str, model: type[SpecT], base: Path | None
+) -> SpecT:
+    """Validate the YAML preset or file `ref` names as `model`."""
+    path = _resolve_ref(str(ref), kind, base)
     if not path.exists():
         raise InputError(
-            "is neither a model preset nor a file",
-            field="model",
+            f"is neither a {field} preset nor a file",
+            field=field,
             value=str(ref),
-            fix=f"use one of {', '.join(preset_names('models'))} or a path",
+            fix=f"use one of {', '.join(preset_names(kind))} or a path",
         )
-    return validate_spec(ModelSpec, load_mapping(path), file=str(path))
+    return validate_spec(model, load_mapping(path), file=str(path))
+
+
+def load_model_spec(ref: str | Path, base: Path | None = None) -> ModelSpec:
+    """A model preset name or YAML file."""
+    return _load_yaml_ref(ref, "models", "model", ModelSpec, base)
 
 
 def load_cluster_spec(ref: str | Path, base: Path | None = None) -> tuple[ClusterSpec, str]:
     """A cluster preset name or YAML file; returns the spec and where it came from."""
-    path = _resolve_ref(str(ref), "clusters", base)
-    if not path.exists():
-        raise InputError(
-            "is neither a cluster preset nor a file",
-            field="cluster",
-            value=str(ref),
-            fix=f"use one of {', '.join(preset_names('clusters'))} or a path",
-        )
-    spec = validate_spec(ClusterSpec, load_mapping(path), file=str(path))
-    return spec, str(ref)
+    return _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base), str(ref)
 
 
 def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[CalibrationSpec, str]:

@@ -176,6 +176,9 @@ def select(
                 if cost is None:
                     continue
                 cost += sum(2.0 * transpose_cost_s(t) for t in tr)
+                if cost == float("inf"):
+                    reason = "a needed transpose cannot be priced (no send_recv calibration)"
+                    continue
                 if best_branch is None or cost < best_branch[0]:
                     best_branch = (cost, ch, tr, mid)
             if best_branch is None:

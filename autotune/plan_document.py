@@ -141,6 +141,7 @@ def to_document(result: PlanResult) -> PlanDocument:
             transposes_per_block=len(result.transposes),
             transpose_s_per_step=result.transpose_s_per_step,
             breakdown=_breakdown(result.breakdown_per_step),
+            warnings=list(result.warnings),
         ),
         layers=[_layer(lp) for lp in result.layers],
         transposes=[

@@ -154,6 +154,7 @@ class SummaryDoc(_Doc):
     transposes_per_block: int
     transpose_s_per_step: float
     breakdown: BreakdownDoc
+    warnings: list[str] = Field(description="Caveats about the inputs that affect the numbers.")
 
 
 class CalibrationRefDoc(_Doc):

@@ -46,6 +46,8 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
         f"calibration: {inp.calibration.name}   dataflow policy: {result.policy.value}   "
         f"slice counts per {inp.search.slice_count_per.value}"
     )
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     util = fmt_pct(result.flop_utilization)
     console.print(
         f"\n[bold green]Chosen mesh {result.mesh.num_rows} x {result.mesh.num_cols}[/bold green]"

@@ -86,6 +86,7 @@ class PlanResult:
     peak_flops_per_s: float | None
     candidates: tuple[MeshCandidate, ...]
     comparison: DataflowComparison | None
+    warnings: tuple[str, ...] = ()
 
     @property
     def step_fc_time_s(self) -> float:

@@ -7,6 +7,7 @@ sum of per-GEMM minima; the search is exhaustive and takes milliseconds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ from autotune.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandid
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
 from cost_models import (
+    Axis,
+    CollectiveOp,
     CommModel,
     ComputeModel,
     MeshShape,
@@ -60,6 +63,42 @@ def search_context(inp: PlanInput) -> SearchContext:
         max_slices=inp.search.max_slice_count,
         scope=inp.search.slice_count_per,
     )
+
+
+def check_calibration(inp: PlanInput) -> tuple[str, ...]:
+    """Refuse a calibration that cannot price MeshSlice (all-gather and
+    reduce-scatter on both mesh axes); return warnings for softer gaps."""
+    comm = comm_model(inp.calibration)
+    where = inp.calibration_ref or inp.calibration.name
+    for op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
+        for axis in Axis:
+            if not comm.has(op, axis):
+                raise InputError(
+                    f"has no {op.value} parameters for the {axis.value} axis, which every "
+                    "MeshSlice GEMM needs",
+                    file=where,
+                    field=f"collectives.{op.value}.{axis.value}",
+                    fix=f"measure {op.value} along the {axis.value} axis and rerun "
+                    "`meshtune calibrate`, or start from a calibration that has it",
+                )
+    warnings = []
+    if not all(comm.has(CollectiveOp.SEND_RECV, axis) for axis in Axis):
+        warnings.append(
+            f"calibration {inp.calibration.name} has no send_recv parameters on both axes: "
+            "dataflow choices that need a transpose are not considered"
+        )
+    dtype = inp.training.dtype.value
+    if inp.calibration.compute.dtype != dtype:
+        warnings.append(
+            f"the calibration's compute rate was measured for {inp.calibration.compute.dtype} "
+            f"but training uses {dtype}: compute times assume the measured rate"
+        )
+    if inp.cluster.peak_flops_per_s(dtype) is None:
+        warnings.append(
+            f"cluster {inp.cluster.name} gives no peak_tflops_per_s for {dtype}: "
+            "FLOP utilization is not reported"
+        )
+    return tuple(warnings)
 
 
 def tp_chip_count(inp: PlanInput) -> int:
@@ -188,7 +227,10 @@ class MeshEvaluator:
         return None if isinstance(opt, str) else opt[0]
 
     def transpose_s(self, t: Transpose) -> float:
-        """Seconds of one transpose of the activation `t` on this mesh."""
+        """Seconds of one transpose of the activation `t` on this mesh
+        (infinite when the calibration cannot price a send-recv)."""
+        if not all(self.ctx.comm.has(CollectiveOp.SEND_RECV, axis) for axis in Axis):
+            return math.inf
         return transpose_cost(
             t.rows, t.cols, self.ctx.element_bytes, self.mesh, self.ctx.comm
         ).total_s
@@ -268,6 +310,7 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
     """Plan the FC layers of `inp`: phase 1 under `policy` (default: the
     spec's), phase 2 over every allowed mesh shape; the fastest wins."""
     policy = policy or inp.search.dataflow
+    warnings = check_calibration(inp)
     ctx = search_context(inp)
     layers = fc_layers(inp.model, inp.training)
     tp = tp_chip_count(inp)
@@ -322,6 +365,7 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
         peak_flops_per_s=inp.cluster.peak_flops_per_s(inp.training.dtype.value),
         candidates=tuple(candidates),
         comparison=_comparison(policy, rows, mesh, sel, count),
+        warnings=warnings,
     )
 
 

@@ -232,3 +232,41 @@ def test_calibration_file_errors(tmp_path):
     result = run("plan", write(tmp_path, BASE), "--calibration", str(bad))
     assert result.exit_code == 2
     assert "cal.json: source: is required" in result.stderr
+
+
+def _calibration_without(tmp_path: Path, op: str, axis: str | None = None) -> str:
+    from calibration_data import data_path
+
+    cal = json.loads(data_path("tpu_v4.json").read_text())
+    if axis is None:
+        del cal["collectives"][op]
+    else:
+        del cal["collectives"][op][axis]
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal))
+    return str(path)
+
+
+def test_calibration_missing_a_needed_collective(tmp_path):
+    cal = _calibration_without(tmp_path, "reduce_scatter", "col")
+    result = run("plan", write(tmp_path, BASE), "--calibration", cal)
+    assert result.exit_code == 2
+    assert "cal.json: collectives.reduce_scatter.col: has no reduce_scatter parameters" in (
+        result.stderr
+    )
+
+
+def test_calibration_without_send_recv_warns(tmp_path):
+    cal = _calibration_without(tmp_path, "send_recv")
+    result = run("plan", write(tmp_path, BASE), "--calibration", cal, "--format", "json")
+    assert result.exit_code == 0
+    warnings = json.loads(result.stdout)["summary"]["warnings"]
+    assert any("no send_recv parameters" in w for w in warnings)
+
+
+def test_dtype_mismatch_warns(tmp_path):
+    text = BASE.replace("  sequence_length: 128\n", "  sequence_length: 128\n  dtype: fp32\n")
+    result = run("plan", write(tmp_path, text))
+    assert result.exit_code == 0
+    assert "measured for bf16 but training uses fp32" in result.stdout
+    assert "no peak_tflops_per_s for fp32" in result.stdout
