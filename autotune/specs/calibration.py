@@ -27,6 +27,18 @@ class CollectiveFit(Spec):
         default_factory=list, description="Parameters (or combinations) the data determines."
     )
     note: str | None = Field(default=None, description="Caveats, e.g. an unseparated launch+sync.")
+    num_outliers: int | None = Field(
+        default=None, ge=0, description="Measurements the robust fit set aside as outliers."
+    )
+    combined_latency_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="launch_s + (P-1)*sync_s at the single measured ring size, when only that "
+        "combination is determined (launch_s then holds it and sync_s is 0).",
+    )
+    combined_latency_s_stderr: float | None = Field(
+        default=None, ge=0, description="1-sigma of combined_latency_s."
+    )
 
 
 class LinkSpec(Spec):
@@ -67,6 +79,9 @@ class SourceFile(Spec):
     sha256: str | None = Field(default=None, description="Content hash.")
     kind: str | None = Field(default=None, description="meshtune-csv or nccl-tests.")
     rows_used: int | None = Field(default=None, ge=0, description="Rows that entered the fit.")
+    description: str | None = Field(
+        default=None, description="What the file measured, e.g. test, ranks, hosts and GPU."
+    )
 
 
 class CalibrationSpec(Spec):
@@ -84,6 +99,14 @@ class CalibrationSpec(Spec):
         default=1.0, ge=1.0, description="Compute slowdown while communication overlaps it."
     )
     inputs: list[SourceFile] = Field(default_factory=list, description="Files fitted from.")
+    base_calibration: str | None = Field(
+        default=None,
+        description="Calibration whose entries were kept for pairs the measurements do not cover.",
+    )
+    kept_from_base: list[str] = Field(
+        default_factory=list,
+        description="Entries copied unchanged from base_calibration (e.g. send_recv.row, compute).",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 

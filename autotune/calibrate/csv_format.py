@@ -1,0 +1,248 @@
+"""meshtune's benchmark CSV (written by `meshtune bench`; docs/calibrate.md).
+
+Header `kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds`; `#` lines are
+comments. `collective` rows fill op, axis, ring_size, shard_bytes and leave
+m, n, k empty; `gemm` rows fill m, n, k and leave op, axis, ring_size,
+shard_bytes empty; dtype is bf16, fp16, fp32 or fp8; seconds > 0.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import math
+
+from autotune.calibrate.samples import CollectiveSample, GemmSample, ParsedFile
+from autotune.errors import InputError
+from cost_models import Axis, CollectiveOp
+
+CSV_COLUMNS = ("kind", "op", "axis", "ring_size", "shard_bytes", "m", "n", "k", "dtype", "seconds")
+DTYPES = ("bf16", "fp16", "fp32", "fp8")
+OPS = tuple(op.value for op in CollectiveOp)
+_COLLECTIVE_ONLY = ("op", "axis", "ring_size", "shard_bytes")
+_GEMM_ONLY = ("m", "n", "k")
+
+
+def looks_like_csv(text: str) -> bool:
+    """Whether the first non-comment line is meshtune's CSV header."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        return line.replace(" ", "").lower().startswith("kind,")
+    return False
+
+
+def _number(text: str, cast, *, file: str, line: int, field: str, fix: str):
+    try:
+        value = cast(text)
+    except ValueError:
+        raise InputError(
+            "is not a number", file=file, line=line, field=field, value=text, fix=fix
+        ) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(
+            "is not a finite number", file=file, line=line, field=field, value=text, fix=fix
+        )
+    return value
+
+
+def _positive_int(text: str, *, file: str, line: int, field: str) -> int:
+    value = _number(
+        text, int, file=file, line=line, field=field, fix=f"write {field} as a whole number >= 1"
+    )
+    if value < 1:
+        raise InputError(
+            "must be >= 1",
+            file=file,
+            line=line,
+            field=field,
+            value=text,
+            fix=f"write {field} as a whole number >= 1",
+        )
+    return value
+
+
+def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
+    """Read a benchmark CSV; the first bad row raises an InputError naming
+    the file, the line, the column, the value and the fix."""
+    digest = sha256 or hashlib.sha256(text.encode("utf-8")).hexdigest()
+    lines = text.splitlines()
+    header_line = None
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip() and not raw.lstrip().startswith("#"):
+            header_line = number
+            break
+    if header_line is None:
+        raise InputError(
+            "has no header and no rows",
+            file=path,
+            fix=f"start the file with the header {','.join(CSV_COLUMNS)}",
+        )
+    header = [h.strip().lower() for h in next(csv.reader([lines[header_line - 1]]))]
+    missing = [c for c in CSV_COLUMNS if c not in header]
+    if missing:
+        raise InputError(
+            f"the header lacks column {missing[0]!r}",
+            file=path,
+            line=header_line,
+            fix=f"use the header {','.join(CSV_COLUMNS)}",
+        )
+    extra = [c for c in header if c not in CSV_COLUMNS]
+    if extra:
+        raise InputError(
+            f"the header has unknown column {extra[0]!r}",
+            file=path,
+            line=header_line,
+            fix=f"use the header {','.join(CSV_COLUMNS)}",
+        )
+
+    collectives: list[CollectiveSample] = []
+    gemms: list[GemmSample] = []
+    body = "\n".join(lines[header_line:])
+    for offset, cells in enumerate(csv.reader(io.StringIO(body))):
+        line = header_line + 1 + offset
+        if not cells or not "".join(cells).strip() or cells[0].lstrip().startswith("#"):
+            continue
+        if len(cells) != len(header):
+            raise InputError(
+                f"has {len(cells)} cells, the header has {len(header)}",
+                file=path,
+                line=line,
+                fix="write one value (or nothing) per column",
+            )
+        row = {name: cell.strip() for name, cell in zip(header, cells, strict=True)}
+        seconds = _number(
+            row["seconds"],
+            float,
+            file=path,
+            line=line,
+            field="seconds",
+            fix="write the measured time in seconds (> 0)",
+        )
+        if seconds <= 0:
+            raise InputError(
+                "must be > 0",
+                file=path,
+                line=line,
+                field="seconds",
+                value=row["seconds"],
+                fix="write the measured time in seconds (> 0)",
+            )
+        dtype = row["dtype"].lower()
+        if dtype and dtype not in DTYPES:
+            raise InputError(
+                "is not a known dtype",
+                file=path,
+                line=line,
+                field="dtype",
+                value=row["dtype"],
+                fix=f"use one of {', '.join(DTYPES)}",
+            )
+        kind = row["kind"].lower()
+        if kind == "collective":
+            for name in _GEMM_ONLY:
+                if row[name]:
+                    raise InputError(
+                        "must be empty in a collective row",
+                        file=path,
+                        line=line,
+                        field=name,
+                        value=row[name],
+                        fix="leave m, n, k empty",
+                    )
+            if row["op"] not in OPS:
+                raise InputError(
+                    "is not a known operation",
+                    file=path,
+                    line=line,
+                    field="op",
+                    value=row["op"],
+                    fix=f"use one of {', '.join(OPS)}",
+                )
+            if row["axis"] not in ("row", "col"):
+                raise InputError(
+                    "is not a mesh axis",
+                    file=path,
+                    line=line,
+                    field="axis",
+                    value=row["axis"],
+                    fix="use row or col",
+                )
+            ring = _positive_int(row["ring_size"], file=path, line=line, field="ring_size")
+            if ring < 2:
+                raise InputError(
+                    "must be >= 2 (a ring of one chip sends nothing)",
+                    file=path,
+                    line=line,
+                    field="ring_size",
+                    value=row["ring_size"],
+                    fix="measure rings of 2 or more chips",
+                )
+            shard = _number(
+                row["shard_bytes"],
+                float,
+                file=path,
+                line=line,
+                field="shard_bytes",
+                fix="write the per-chip piece in bytes (> 0)",
+            )
+            if shard <= 0:
+                raise InputError(
+                    "must be > 0",
+                    file=path,
+                    line=line,
+                    field="shard_bytes",
+                    value=row["shard_bytes"],
+                    fix="write the per-chip piece in bytes (> 0)",
+                )
+            collectives.append(
+                CollectiveSample(
+                    CollectiveOp(row["op"]), Axis(row["axis"]), ring, shard, seconds, path, line
+                )
+            )
+        elif kind == "gemm":
+            for name in _COLLECTIVE_ONLY:
+                if row[name]:
+                    raise InputError(
+                        "must be empty in a gemm row",
+                        file=path,
+                        line=line,
+                        field=name,
+                        value=row[name],
+                        fix="leave op, axis, ring_size, shard_bytes empty",
+                    )
+            if not dtype:
+                raise InputError(
+                    "is required in a gemm row",
+                    file=path,
+                    line=line,
+                    field="dtype",
+                    fix=f"use one of {', '.join(DTYPES)}",
+                )
+            m, n, k = (_positive_int(row[d], file=path, line=line, field=d) for d in "mnk")
+            gemms.append(GemmSample(m, n, k, dtype, seconds, path, line))
+        else:
+            raise InputError(
+                "is not a row kind",
+                file=path,
+                line=line,
+                field="kind",
+                value=row["kind"],
+                fix="use collective or gemm",
+            )
+    if not collectives and not gemms:
+        raise InputError(
+            "has a header but no measurement rows",
+            file=path,
+            fix="add collective or gemm rows (see docs/calibrate.md)",
+        )
+    return ParsedFile(
+        path=path,
+        kind="meshtune-csv",
+        sha256=digest,
+        collectives=tuple(collectives),
+        gemms=tuple(gemms),
+        description=f"{len(collectives)} collective and {len(gemms)} gemm rows",
+    )

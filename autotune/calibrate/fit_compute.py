@@ -1,0 +1,171 @@
+"""Fit the local GEMM model to measured GEMM times.
+
+Model (model.md section 5; cost_models.compute.saturating_efficiency)::
+
+    t = 2 m n k / (effective_flops_per_s * m/(m+m_half) * n/(n+n_half) * k/(k+k_half))
+
+fitted on log residuals `log t_model - log t` (a relative error, so small
+and large GEMMs count alike) with scipy.optimize.least_squares, non-negative
+halves, a soft-L1 loss and an inlier refit, as in fit_comm. The baseline it
+is compared with is one constant rate, the median of `2 m n k / t`.
+
+A dimension measured at a single size cannot be told from the rate: its
+half is fixed at 0 and the rate absorbs it (the fit says so).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from autotune.calibrate.samples import GemmSample
+from cost_models import ComputeModel, gemm_flops
+
+ROBUST_SCALE = 0.05
+OUTLIER_SIGMAS = 4.0
+OUTLIER_MIN_REL = 0.15
+_DIMS = ("m", "n", "k")
+
+
+@dataclass(frozen=True)
+class ComputeFit:
+    """The fitted GEMM model of one dtype."""
+
+    dtype: str
+    num_points: int
+    num_outliers: int
+    effective_flops_per_s: float
+    effective_flops_per_s_stderr: float
+    halves: tuple[float, float, float]  # m_half, n_half, k_half (elements)
+    halves_stderr: tuple[float | None, float | None, float | None]
+    constant_flops_per_s: float
+    rms_rel_error: float
+    max_rel_error: float
+    constant_rms_rel_error: float
+    r2_log: float | None
+    identifiable: tuple[str, ...]
+    note: str | None
+    other_dtypes: tuple[str, ...]
+    measured_s: tuple[float, ...]
+    fitted_s: tuple[float, ...]
+    inlier: tuple[bool, ...]
+    rows: tuple[tuple[str, int], ...]
+
+    def model(self) -> ComputeModel:
+        """The fitted curve as the planner's compute model."""
+        m_half, n_half, k_half = self.halves
+        return ComputeModel(self.effective_flops_per_s, 1.0, m_half, n_half, k_half)
+
+
+def constant_rate_flops_per_s(samples: Sequence[GemmSample]) -> float:
+    """The single-rate baseline: median of `2 m n k / t` over the samples."""
+    dims = np.array([[s.m, s.n, s.k] for s in samples], dtype=float)
+    t = np.array([s.seconds for s in samples])
+    return float(np.median(gemm_flops(dims[:, 0], dims[:, 1], dims[:, 2]) / t))
+
+
+def choose_dtype(samples: Sequence[GemmSample]) -> str:
+    """bf16 when measured (the training dtype the planner assumes), else the
+    most measured dtype."""
+    counts = Counter(s.dtype for s in samples)
+    return "bf16" if "bf16" in counts else counts.most_common(1)[0][0]
+
+
+def fit_gemm(samples: Sequence[GemmSample], dtype: str | None = None) -> ComputeFit:
+    """Fit the efficiency curve to the GEMM samples of `dtype` (default:
+    :func:`choose_dtype`)."""
+    dtype = dtype or choose_dtype(samples)
+    chosen = [s for s in samples if s.dtype == dtype]
+    others = tuple(sorted({s.dtype for s in samples} - {dtype}))
+    dims = np.array([[s.m, s.n, s.k] for s in chosen], dtype=float)
+    t = np.array([s.seconds for s in chosen])
+    log_flops = np.log(gemm_flops(dims[:, 0], dims[:, 1], dims[:, 2]))
+    free = [len(np.unique(dims[:, j])) > 1 for j in range(3)]
+    # halves are fitted in units of each dimension's median so all parameters are O(1)
+    unit = np.median(dims, axis=0)
+    rate0 = constant_rate_flops_per_s(chosen)
+
+    def unpack(z: np.ndarray) -> tuple[float, np.ndarray]:
+        halves = np.zeros(3)
+        j = 1
+        for d in range(3):
+            if free[d]:
+                halves[d] = z[j] * unit[d]
+                j += 1
+        return z[0], halves
+
+    def residual(z: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        log_rate, halves = unpack(z)
+        log_eff = -np.sum(np.log1p(halves[None, :] / dims[rows]), axis=1)
+        return (log_flops[rows] - log_rate - log_eff) - np.log(t[rows])
+
+    num_free = sum(free)
+    z0 = np.concatenate([[np.log(rate0) + 0.5], np.full(num_free, 0.1)])
+    lower = np.concatenate([[-np.inf], np.zeros(num_free)])
+    every = np.ones(len(t), dtype=bool)
+    robust = least_squares(
+        residual, z0, args=(every,), bounds=(lower, np.inf), loss="soft_l1", f_scale=ROBUST_SCALE
+    )
+    r = residual(robust.x, every)
+    sigma_robust = 1.4826 * float(np.median(np.abs(r - np.median(r)))) + 1e-12
+    inlier = np.abs(r) <= max(OUTLIER_SIGMAS * sigma_robust, OUTLIER_MIN_REL)
+    if inlier.sum() < len(z0) + 1:
+        inlier = every
+    final = least_squares(residual, robust.x, args=(inlier,), bounds=(lower, np.inf))
+    r_in = residual(final.x, inlier)
+    dof = max(int(inlier.sum()) - len(z0), 1)
+    sigma = float(np.sqrt(np.sum(r_in**2) / dof))
+    cov = np.linalg.pinv(final.jac.T @ final.jac) * sigma**2
+    err = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+
+    log_rate, halves = unpack(final.x)
+    rate = float(np.exp(log_rate))
+    halves_err: list[float | None] = []
+    j = 1
+    for d in range(3):
+        if free[d]:
+            halves_err.append(float(err[j] * unit[d]))
+            j += 1
+        else:
+            halves_err.append(None)
+    fitted = np.exp(np.log(t) + residual(final.x, every))
+    rel = fitted / t - 1.0
+    const_rel = np.exp(log_flops - np.log(rate0)) / t - 1.0
+    log_t = np.log(t[inlier])
+    ss_tot = float(np.sum((log_t - log_t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(r_in**2)) / ss_tot if ss_tot > 0 else None
+    fixed = [_DIMS[d] for d in range(3) if not free[d]]
+    note = None
+    if fixed:
+        note = (
+            f"one size of {', '.join(fixed)} measured: its half is fixed at 0 and the rate "
+            "absorbs it (the rate is then the rate at that size)"
+        )
+    if others:
+        note = ((note + "; ") if note else "") + f"ignored {', '.join(others)} rows"
+    identifiable = ("effective_flops_per_s", *(f"{_DIMS[d]}_half" for d in range(3) if free[d]))
+    return ComputeFit(
+        dtype=dtype,
+        num_points=len(chosen),
+        num_outliers=int((~inlier).sum()),
+        effective_flops_per_s=rate,
+        effective_flops_per_s_stderr=float(rate * err[0]),
+        halves=(float(halves[0]), float(halves[1]), float(halves[2])),
+        halves_stderr=(halves_err[0], halves_err[1], halves_err[2]),
+        constant_flops_per_s=rate0,
+        rms_rel_error=float(np.sqrt(np.mean(rel[inlier] ** 2))),
+        max_rel_error=float(np.max(np.abs(rel[inlier]))),
+        constant_rms_rel_error=float(np.sqrt(np.mean(const_rel[inlier] ** 2))),
+        r2_log=r2,
+        identifiable=identifiable,
+        note=note,
+        other_dtypes=others,
+        measured_s=tuple(t.tolist()),
+        fitted_s=tuple(fitted.tolist()),
+        inlier=tuple(bool(b) for b in inlier),
+        rows=tuple((s.file, s.line) for s in chosen),
+    )

@@ -1,0 +1,80 @@
+"""Read the inputs, fit, and assemble: the one library call behind
+`meshtune calibrate`."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from autotune.calibrate.csv_format import looks_like_csv, parse_csv
+from autotune.calibrate.nccl_tests import looks_like_nccl_tests, parse_nccl_tests
+from autotune.calibrate.result import CalibrationResult, build_result
+from autotune.calibrate.samples import ParsedFile
+from autotune.errors import InputError
+from cost_models import Axis
+
+
+def read_input(path: str, axes: tuple[Axis, ...]) -> ParsedFile:
+    """Read one benchmark CSV or nccl-tests log (told apart by content)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("no such file", file=path, fix="check the path")
+    if p.is_dir():
+        raise InputError("is a folder, not a file", file=path, fix="name a file")
+    data = p.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if b"\x00" in data:
+        line = data[: data.index(b"\x00")].count(b"\n") + 1
+        raise InputError(
+            "is binary data, not text",
+            file=path,
+            line=line,
+            fix="pass a benchmark CSV or a text nccl-tests log",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"is not UTF-8 text (byte {exc.start})", file=path, line=line, fix="save it as UTF-8"
+        ) from None
+    if not text.strip():
+        raise InputError(
+            "is empty", file=path, line=1, fix="pass a benchmark CSV or an nccl-tests log"
+        )
+    if looks_like_csv(text):
+        return parse_csv(text, path, digest)
+    if looks_like_nccl_tests(text):
+        return parse_nccl_tests(text, path, axes, digest)
+    first = next(i for i, ln in enumerate(text.splitlines(), start=1) if ln.strip())
+    raise InputError(
+        "is neither a meshtune benchmark CSV nor an nccl-tests log with a result table",
+        file=path,
+        line=first,
+        fix="start a CSV with the header kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds "
+        "or paste a whole nccl-tests run",
+    )
+
+
+def calibrate(
+    paths: Sequence[str],
+    *,
+    axes: tuple[Axis, ...] = (Axis.ROW, Axis.COL),
+    name: str = "calibration",
+    base_ref: str | None = None,
+) -> CalibrationResult:
+    """Fit a calibration from `paths`; nccl-tests rows are assigned to the
+    mesh axes `axes`; `base_ref` (a preset or file) supplies the entries no
+    input covers. Raises InputError on bad input before anything is fitted."""
+    from autotune.calibrate.fit_comm import fit_all
+    from autotune.calibrate.fit_compute import fit_gemm
+    from autotune.loading import load_calibration
+
+    files = [read_input(p, axes) for p in paths]
+    base = load_calibration(base_ref)[0] if base_ref else None
+    collectives = [s for f in files for s in f.collectives]
+    gemms = [s for f in files for s in f.gemms]
+    comm_fits = fit_all(collectives)
+    compute_fit = fit_gemm(gemms) if gemms else None
+    return build_result(files, comm_fits, compute_fit, name=name, base=base, base_ref=base_ref)

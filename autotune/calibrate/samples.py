@@ -1,0 +1,53 @@
+"""One measurement each: what the parsers produce and the fits consume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models import Axis, CollectiveOp
+
+
+@dataclass(frozen=True)
+class CollectiveSample:
+    """One timed collective: `op` along `axis` on a ring of `ring_size`
+    chips with a per-chip piece of `shard_bytes` took `seconds`
+    (the piece follows the CSV convention; see docs/calibrate.md)."""
+
+    op: CollectiveOp
+    axis: Axis
+    ring_size: int
+    shard_bytes: float
+    seconds: float
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class GemmSample:
+    """One timed local GEMM `m x k` by `k x n` in `dtype`."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    seconds: float
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class ParsedFile:
+    """Everything read from one input file."""
+
+    path: str
+    kind: str  # "meshtune-csv" or "nccl-tests"
+    sha256: str
+    collectives: tuple[CollectiveSample, ...]
+    gemms: tuple[GemmSample, ...]
+    description: str  # e.g. "all_gather_perf, 8 ranks on 1 host (NVIDIA H100)"
+    skipped_lines: tuple[int, ...] = ()
+
+    @property
+    def num_rows(self) -> int:
+        """Measurements read from the file."""
+        return len(self.collectives) + len(self.gemms)
