@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "plan": "autotune.cli.plan:plan",
     "compare": "autotune.cli.compare:compare",
     "presets": "autotune.cli.presets:presets",
+    "verify": "autotune.cli.verify:verify",
 }
 
 
