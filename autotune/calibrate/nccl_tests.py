@@ -45,7 +45,7 @@ TESTS: dict[str, CollectiveOp] = {
 }
 _UNSUPPORTED = ("broadcast", "reduce", "gather", "scatter", "hypercube", "alltoallv")
 
-_TEST_RE = re.compile(r"\b([a-z_]+?)_perf(?:_mpi)?\b")
+_TEST_RE = re.compile(r"(?<![A-Za-z0-9])([a-z_]+?)_perf(?:_mpi)?(?![A-Za-z])")
 _RANK_RE = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
     r"\[[^\]]*\]\s*(.*)$"
@@ -84,8 +84,17 @@ def _op_for(name: str, *, file: str, line: int | None) -> CollectiveOp:
 
 
 def looks_like_nccl_tests(text: str) -> bool:
-    """Whether the text has an nccl-tests result header."""
-    return any(_is_header(line.strip()) for line in text.splitlines())
+    """Whether the text looks like nccl-tests output (a result header, the
+    device list or the run-parameter line), with or without a table."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if (
+            _is_header(line)
+            or _RANK_RE.match(line)
+            or re.match(r"^#\s*(Using devices|nThread)", line)
+        ):
+            return True
+    return False
 
 
 def _is_header(line: str) -> bool:
@@ -226,7 +235,7 @@ def parse_nccl_tests(
         gpus |= state.gpus
 
     if not samples:
-        where = state.header_line or 1
+        where = state.header_line or max(len(text.splitlines()), 1)
         what = (
             "has a result header but no result rows"
             if state.columns
