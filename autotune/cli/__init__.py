@@ -14,6 +14,7 @@ from autotune import __version__
 
 # name -> "module:attribute"; each module defines one click command.
 SUBCOMMANDS: dict[str, str] = {
+    "calibrate": "autotune.cli.calibrate:calibrate",
     "plan": "autotune.cli.plan:plan",
     "compare": "autotune.cli.compare:compare",
     "presets": "autotune.cli.presets:presets",
