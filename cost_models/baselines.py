@@ -335,16 +335,19 @@ def _wang_one(
 
 
 def _bcast_link(comm: CommModel, op: CollectiveOp, axis: Axis) -> LinkParams:
-    """Broadcast/reduce link parameters; without a broadcast (reduce) fit
-    the all-gather (reduce-scatter) link of the axis stands in: a pipelined
-    ring broadcast moves packets hop by hop and synchronises per stage, as
-    an all-gather step does (and a ring reduce adds as a reduce-scatter
-    step does)."""
+    """Broadcast/reduce link parameters of an axis: the calibration's
+    `broadcast` / `reduce` fit when it has one, else its send-recv link.
+
+    Why send-recv: a pipelined ring broadcast (or reduce) streams its
+    packets hop by hop, each stage a neighbour-to-neighbour transfer with
+    its own synchronisation (seed 000 figure 3), which is what a send-recv
+    step measures; the all-gather fit describes the fused collective, whose
+    steps move whole shards and synchronise far less often (seed 000
+    section 2.3.4).
+    """
     if comm.has(op, axis):
         return comm.link(op, axis)
-    is_bcast = op is CollectiveOp.BROADCAST
-    stand_in = CollectiveOp.ALL_GATHER if is_bcast else CollectiveOp.REDUCE_SCATTER
-    return comm.link(stand_in, axis)
+    return comm.link(CollectiveOp.SEND_RECV, axis)
 
 
 def best_packet_count(link: LinkParams, ring_size: int, message_bytes: float) -> int:
@@ -467,7 +470,7 @@ def summa_gemm(
     `num_packets=None` uses :func:`best_packet_count` for every panel
     (the best D for SUMMA); an integer fixes D for all of them. Broadcast
     and reduce take the calibration's `broadcast` / `reduce` links when it
-    has them, else the axis's all-gather / reduce-scatter links.
+    has them, else the axis's send-recv link (see :func:`_bcast_link`).
 
     Bytes per chip (every chip alike): a ring broadcast of a panel is sent
     by every chip but the ring's last (a reduce by every chip but its
