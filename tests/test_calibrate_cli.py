@@ -1,0 +1,192 @@
+"""`meshtune calibrate` end to end: golden JSON, the report, bad input, and
+`meshtune plan --calibration` using the result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from jsoncheck import assert_json_close
+
+from autotune.cli import main
+from autotune.specs.calibration import CalibrationSpec
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("MESHTUNE_UPDATE_GOLDEN") == "1"
+EXAMPLE = "calibration_data/example_bench.csv"
+HEADER = "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds"
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_example_golden_json(repo_root, tmp_path):
+    out = tmp_path / "cal.json"
+    result = run("calibrate", EXAMPLE, "--out", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert json.loads(result.stdout) == doc
+    spec = CalibrationSpec.model_validate(doc)
+    assert spec.inputs[0].path == EXAMPLE and spec.inputs[0].rows_used == 287
+    assert spec.tool_version and spec.compute.efficiency_curve is not None
+    path = GOLDEN / "calibrate_example.json"
+    if UPDATE:
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+    # scipy's optimiser may differ in the last digits between versions
+    assert_json_close(doc, json.loads(path.read_text()), rel=1e-6)
+
+
+def test_example_recovers_the_tpu_v4_links(repo_root, tmp_path):
+    """The example CSV is generated from tpu_v4.json with 5% noise and 5%
+    outliers, 9 shard sizes, rings 2, 4, 8: bandwidths come back within 5%."""
+    out = tmp_path / "cal.json"
+    assert run("calibrate", EXAMPLE, "--out", str(out)).exit_code == 0
+    fitted = json.loads(out.read_text())["collectives"]
+    truth = json.loads(Path("calibration_data/tpu_v4.json").read_text())["collectives"]
+    for op, axes in truth.items():
+        for axis, link in axes.items():
+            got = fitted[op][axis]
+            assert got["link_bytes_per_s"] == pytest.approx(link["link_bytes_per_s"], rel=0.05)
+            assert got["fit"]["r2"] > 0.98
+
+
+def test_table_report_has_parameters_quality_and_plot(repo_root, tmp_path):
+    result = run("calibrate", EXAMPLE, "--out", str(tmp_path / "c.json"))
+    assert result.exit_code == 0
+    for text in (
+        "all_gather.row",
+        "launch µs",
+        "bw GB/s",
+        "rms err",
+        "TFLOP/s",
+        "Measured vs fitted",
+        "7 = gemm bf16",
+        "wrote",
+    ):
+        assert text in result.stdout
+
+
+def test_nccl_logs_with_base_keep_uncovered_pairs(repo_root, tmp_path):
+    out = tmp_path / "gpu.json"
+    result = run(
+        "calibrate",
+        "tests/fixtures/nccl/all_gather_8gpu_v2.18.txt",
+        "tests/fixtures/nccl/all_gather_perf_4gpu_v2.10.log",
+        "--axis",
+        "col",
+        "--base",
+        "tpu-v4",
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["collectives"]["all_gather"]["col"]["link_bytes_per_s"] == pytest.approx(
+        150e9, rel=0.01
+    )
+    assert doc["base_calibration"] == "tpu-v4"
+    assert "all_gather.row" in doc["kept_from_base"] and "compute" in doc["kept_from_base"]
+    assert "all_gather.col" not in doc["kept_from_base"]
+
+
+def test_single_ring_log_is_reported_not_split(repo_root, tmp_path):
+    result = run(
+        "calibrate",
+        "tests/fixtures/nccl/reduce_scatter_2nodes_mpi.txt",
+        "--base",
+        "tpu-v4",
+        "--out",
+        str(tmp_path / "c.json"),
+    )
+    assert result.exit_code == 0
+    assert "L+(P-1)S" in result.stdout
+    assert "only launch_s + (P-1)*sync_s" in " ".join(result.stdout.split())
+
+
+def test_no_gemm_rows_and_no_base_is_an_error(repo_root, tmp_path):
+    out = tmp_path / "c.json"
+    result = run("calibrate", "tests/fixtures/nccl/sendrecv_fenced.md", "--out", str(out))
+    assert result.exit_code == 2
+    assert "no gemm rows" in result.stderr and "--base" in result.stderr
+    assert not out.exists()
+
+
+BAD_INPUTS = {
+    "missing column": (
+        "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype\n",
+        r"bad\.csv:1: .*'seconds'",
+    ),
+    "negative time": (
+        f"{HEADER}\ncollective,all_gather,row,2,1024,,,,bf16,-1e-5\n",
+        r"bad\.csv:2: seconds: got '-1e-5'; must be > 0",
+    ),
+    "zero time": (f"# c\n{HEADER}\ngemm,,,,,64,64,64,bf16,0\n", r"bad\.csv:3: seconds: got '0'"),
+    "empty file": ("", r"bad\.csv:1: is empty"),
+    "unknown operation": (
+        f"{HEADER}\ncollective,all_scatter,row,2,1024,,,,bf16,1e-5\n",
+        r"bad\.csv:2: op: got 'all_scatter'; is not a known operation",
+    ),
+    "binary data": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"bad\.csv:3: is binary data"),
+    "log with no table": (
+        "# nThread 1 nGpus 8 minBytes 8\n#\n# Using devices\n"
+        "#  Rank  0 Group  0 Pid   1 on h device  0 [0x18] NVIDIA H100\n",
+        r"bad\.csv:4: has no nccl-tests result table",
+    ),
+    "neither": ("hello\n", r"bad\.csv:1: is neither a meshtune benchmark CSV"),
+    "nccl zero time": (
+        (Path(__file__).parent / "fixtures/nccl/all_gather_8gpu_v2.18.txt")
+        .read_text()
+        .replace("   35.51", "    0.00"),
+        r"bad\.csv:\d+: time: got '0.00'; must be > 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_malformed_input_exit_2_one_line_nothing_written(tmp_path, case):
+    content, pattern = BAD_INPUTS[case]
+    bad = tmp_path / "bad.csv"
+    if isinstance(content, bytes):
+        bad.write_bytes(content)
+    else:
+        bad.write_text(content)
+    out = tmp_path / "cal.json"
+    result = run("calibrate", str(bad), "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert re.search(pattern, result.stderr), result.stderr
+    assert not out.exists()
+
+
+def test_plan_uses_the_calibration_and_records_its_source(repo_root, tmp_path):
+    """Written last: needs `meshtune plan --format json` (inputs.calibration,
+    summary.step_fc_time_s, mesh). Halving every link's bandwidth must slow
+    the plan, and the plan must name the file and its hash."""
+    default = json.loads(run("plan", "examples/gpt3.yaml", "--format", "json").stdout)
+    cal = tmp_path / "slow.json"
+    assert run("calibrate", EXAMPLE, "--out", str(cal)).exit_code == 0
+    doc = json.loads(cal.read_text())
+    for axes in doc["collectives"].values():
+        for link in axes.values():
+            link["link_bytes_per_s"] /= 8
+    slow = tmp_path / "slow8.json"
+    slow.write_text(json.dumps(doc))
+    planned = {}
+    for path in (cal, slow):
+        result = run("plan", "examples/gpt3.yaml", "--calibration", str(path), "--format", "json")
+        assert result.exit_code == 0, result.output
+        planned[path] = json.loads(result.stdout)
+        ref = planned[path]["inputs"]["calibration"]
+        assert ref["path"] == str(path)
+        assert ref["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert ref["name"] == "slow" and ref["source"].startswith("fitted by meshtune")
+    fitted = planned[cal]["summary"]["step_fc_time_s"]
+    slower = planned[slow]["summary"]["step_fc_time_s"]
+    assert fitted != default["summary"]["step_fc_time_s"]
+    assert slower > fitted * 1.05
