@@ -190,3 +190,17 @@ def test_plan_uses_the_calibration_and_records_its_source(repo_root, tmp_path):
     slower = planned[slow]["summary"]["step_fc_time_s"]
     assert fitted != default["summary"]["step_fc_time_s"]
     assert slower > fitted * 1.05
+
+
+def test_plot_png_needs_the_extra_or_writes_an_image(repo_root, tmp_path):
+    out, png = tmp_path / "c.json", tmp_path / "fit.png"
+    result = run("calibrate", EXAMPLE, "--out", str(out), "--plot", str(png))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert result.exit_code == 2
+        assert "--plot: needs matplotlib" in result.stderr and "meshtune[plot]" in result.stderr
+        assert not out.exists() and not png.exists()
+    else:
+        assert result.exit_code == 0
+        assert png.read_bytes()[:4] == b"\x89PNG"
