@@ -51,6 +51,9 @@ def _phase1(p: Phase1Gain) -> dict[str, Any]:
         "chosen_step_fc_time_s": p.chosen_step_fc_time_s,
         "gain": p.gain,
         "reason": p.reason,
+        "always_y_mesh": _mesh(p.always_y_mesh),
+        "always_y_step_fc_time_s": p.always_y_step_fc_time_s,
+        "gain_over_always_y": p.gain_over_always_y,
     }
 
 

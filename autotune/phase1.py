@@ -128,8 +128,8 @@ def select(
     """The block's dataflow choice under `policy`, or the reason none is
     feasible on this mesh.
 
-    size-rule and always-w fix the stationaries (the paper's rule, or W
-    everywhere) with the residual stream NORMAL and the heuristic variants.
+    size-rule, always-w and always-y fix the stationaries (the paper's rule,
+    or W or Y everywhere) with the residual stream NORMAL and the heuristic variants.
     cost prices every stationary of every layer and both residual layouts,
     charging forced transposes (forward and backward), and keeps the
     cheapest: a superset of the size rule's choice, so never worse.
@@ -145,6 +145,8 @@ def select(
             return (size_rule(layers[idx]),)
         if policy is DataflowPolicy.ALWAYS_W:
             return (Stationary.W,)
+        if policy is DataflowPolicy.ALWAYS_Y:
+            return (Stationary.Y,)
         return tuple(Stationary)
 
     best: Selection | None = None

@@ -176,7 +176,7 @@ class InputsDoc(_Doc):
     cluster_ref: str | None
     calibration: CalibrationRefDoc
     search: dict
-    dataflow_policy: Literal["cost", "size-rule", "always-w"]
+    dataflow_policy: Literal["cost", "size-rule", "always-w", "always-y"]
 
 
 class PlanDocument(_Doc):

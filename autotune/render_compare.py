@@ -118,6 +118,11 @@ def render_compare(result: CompareResult, console: Console | None = None) -> Non
             f"  {p.num_chips:>5} chips: always-w {fmt_s(ph.always_w_step_fc_time_s)} on "
             f"{ph.always_w_mesh}, chosen {fmt_s(ph.chosen_step_fc_time_s)}: gain {_gain(ph.gain)}"
         )
+        if ph.gain_over_always_y is not None:
+            console.print(
+                f"  {'':>5}        always-y {fmt_s(ph.always_y_step_fc_time_s)} on "
+                f"{ph.always_y_mesh}: gain {_gain(ph.gain_over_always_y)}"
+            )
     paper_wang = PAPER_MESHSLICE_OVER_WANG.get(result.model_name)
     paper_p1 = PAPER_PHASE1_GAIN.get(result.model_name)
     if last.num_chips == 256 and (paper_wang is not None or paper_p1 is not None):
@@ -125,5 +130,7 @@ def render_compare(result: CompareResult, console: Console | None = None) -> Non
         console.print(
             f"\nPaper at 256 chips (seed 000 Fig 9, Table 2): MeshSlice over Wang "
             f"{_gain(paper_wang)} (ours {_gain(wang.meshslice_gain)}), phase 1 "
-            f"{_gain(paper_p1)} (ours {_gain(last.phase1.gain)}); see docs/compare.md, accuracy."
+            f"{_gain(paper_p1)} (ours {_gain(last.phase1.gain)} over always-w, "
+            f"{_gain(last.phase1.gain_over_always_y)} over always-y); "
+            "see docs/compare.md, accuracy."
         )

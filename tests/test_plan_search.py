@@ -95,6 +95,8 @@ def brute_force(inp: PlanInput, policy: DataflowPolicy):
                 per_layer.append(list(Stationary))
             elif policy is DataflowPolicy.SIZE_RULE:
                 per_layer.append(options[size_rule(layer)])
+            elif policy is DataflowPolicy.ALWAYS_Y:
+                per_layer.append([Stationary.Y])
             else:
                 per_layer.append([Stationary.W])
         best = None

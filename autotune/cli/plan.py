@@ -23,7 +23,7 @@ from autotune.cli.common import guarded
 )
 @click.option(
     "--dataflow",
-    type=click.Choice(["cost", "size-rule", "always-w"]),
+    type=click.Choice(["cost", "size-rule", "always-w", "always-y"]),
     default=None,
     help="Phase-1 policy (overrides the plan file's search.dataflow).",
 )

@@ -19,6 +19,9 @@ class DataflowPolicy(str, Enum):
     COST = "cost"  # price every stationary choice and variant, take the cheapest
     SIZE_RULE = "size-rule"  # the paper's rule: keep the largest matrix stationary
     ALWAYS_W = "always-w"  # every layer weight-stationary (the paper's Table 2 baseline)
+    # every layer output-stationary: what a framework's default 2D sharding
+    # (every tensor's rows on mesh rows, columns on mesh columns) runs
+    ALWAYS_Y = "always-y"
 
 
 class SliceScope(str, Enum):
@@ -32,7 +35,9 @@ class SearchSpec(Spec):
     """Search knobs (all optional)."""
 
     dataflow: DataflowPolicy = Field(
-        default=DataflowPolicy.COST, strict=False, description="cost, size-rule or always-w."
+        default=DataflowPolicy.COST,
+        strict=False,
+        description="cost, size-rule, always-w or always-y.",
     )
     slice_count_per: SliceScope = Field(
         default=SliceScope.GEMM,
