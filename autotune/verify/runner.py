@@ -35,6 +35,7 @@ from autotune.verify.scale import (
     parse_expression,
     scale_gemm,
     scale_layer,
+    untwin,
 )
 from cost_models import Axis, Dataflow, MeshShape, collective_calls, valid_slice_counts
 
@@ -163,19 +164,41 @@ def _model_bytes(
     }
 
 
-def _layer_plan(layer: LayerPart) -> list[tuple[str, str, str]] | None:
-    """Each GEMM's (m, n, k) letters when every GEMM has a usable expression
-    whose sizes agree with the plan's m, n, k; else None."""
+def _plain_expression(layer: LayerPart, g: GemmPart) -> tuple[Expression | None, str | None]:
+    """The GEMM's expression in its plain (logical) form, whose operands the
+    logical schedule takes, or why it disagrees with the plan's dataflow and
+    m, n, k. A transposed GEMM's expression is its twin (the computation on
+    the untransposed mesh, `executed_as`); the plain form is also accepted."""
+    if g.expression is None:
+        return None, None
+    expr = parse_expression(g.expression)
+    if expr is None:
+        return None, f"expression {g.expression!r} is not of the form `C = DF(A, B)`"
     sizes = {"T": layer.tokens, "I": layer.in_features, "O": layer.out_features}
+    forms = [untwin(expr), expr] if g.transposed else [expr]
+    for form in forms:
+        letters = gemm_letters(form)
+        if form.dataflow.value != g.dataflow or letters is None:
+            continue
+        implied = tuple(sizes[c] for c in letters)
+        if implied != (g.m, g.n, g.k):
+            return None, (
+                f"expression {g.expression!r} implies m,n,k = {implied}, not {(g.m, g.n, g.k)}"
+            )
+        return form, None
+    variant = "transposed " if g.transposed else ""
+    return None, f"expression {g.expression!r} does not fit {variant}dataflow {g.dataflow}"
+
+
+def _layer_plan(layer: LayerPart) -> list[Expression] | None:
+    """Each GEMM's plain expression when every GEMM has one that agrees with
+    the plan's dataflow and m, n, k; else None."""
     out = []
     for g in layer.gemms:
-        expr = parse_expression(g.expression)
-        letters = gemm_letters(expr) if expr is not None else None
-        if expr is None or letters is None or expr.dataflow.value != g.dataflow:
+        form, _ = _plain_expression(layer, g)
+        if form is None:
             return None
-        if tuple(sizes[c] for c in letters) != (g.m, g.n, g.k):
-            return None
-        out.append(letters)
+        out.append(form)
     return out
 
 
@@ -204,6 +227,7 @@ class Verifier:
         b: np.ndarray,
         want: np.ndarray,
         mnk: tuple[int, int, int],
+        problem: str | None = None,
     ) -> GemmCheck:
         df = Dataflow(g.dataflow)
         got, traffic = self.engine(
@@ -215,7 +239,7 @@ class Verifier:
         counted = None
         if traffic is not None:
             counted = {ax.value: traffic.max_bytes(ax) for ax in Axis}
-        reasons = []
+        reasons = [problem] if problem else []
         if err > self.tolerance:
             reasons.append(f"relative error {err:.3g} above {self.tolerance:g}")
         if counted is not None and counted != model:
@@ -242,9 +266,10 @@ class Verifier:
 
     def layer_checks(self, layer: LayerPart) -> list[GemmCheck]:
         """Run one layer's GEMMs (sharing X, W, dY when expressions allow)."""
-        letters = _layer_plan(layer)
-        if letters is None:
+        forms = _layer_plan(layer)
+        if forms is None:
             return [self._gemm_alone(layer, g) for g in layer.gemms]
+        letters = [gemm_letters(f) for f in forms]
         scheds = [
             (GemmSchedule(Dataflow(g.dataflow), g.transposed, g.num_slices), lt)
             for g, lt in zip(layer.gemms, letters, strict=True)
@@ -255,8 +280,7 @@ class Verifier:
         matrices = {"X": x, "W": w, "dY": dy}
         reference = {"Y": x @ w, "dX": dy @ w.T, "dW": x.T @ dy}
         checks = []
-        for g, lt in zip(layer.gemms, letters, strict=True):
-            expr: Expression = parse_expression(g.expression)  # type: ignore[assignment]
+        for g, lt, expr in zip(layer.gemms, letters, forms, strict=True):
             if expr.left.name not in matrices or expr.right.name not in matrices:
                 checks.append(self._gemm_alone(layer, g))
                 continue
@@ -271,7 +295,8 @@ class Verifier:
         mnk = scale_gemm(GemmSchedule(df, g.transposed, g.num_slices), self.mesh, self.block)
         shape_a, shape_b = operand_shapes(df, *mnk)
         a, b = self._random(shape_a), self._random(shape_b)
-        return self._check(layer, g, a, b, reference_product(df, a, b), mnk)
+        want = reference_product(df, a, b)
+        return self._check(layer, g, a, b, want, mnk, _plain_expression(layer, g)[1])
 
 
 def verify_plan(

@@ -79,6 +79,25 @@ def parse_expression(text: str | None) -> Expression | None:
     )
 
 
+_TWIN = {Dataflow.OS: Dataflow.OS, Dataflow.LS: Dataflow.RS, Dataflow.RS: Dataflow.LS}
+
+
+def _flip(term: Term) -> Term:
+    return Term(term.name, not term.transposed)
+
+
+def untwin(expr: Expression) -> Expression:
+    """The plain form of a transposed twin's expression.
+
+    Derivation: the twin of `C = OS(A, B)` is `C^T = OS(B^T, A^T)`; the twin
+    of `C = RS(A, B) = A^T B` is `C^T = B^T A = LS(B^T, A^T)`, and of
+    `C = LS(A, B) = A B^T` it is `C^T = B A^T = RS(B^T, A^T)`. So in every
+    case the plain form takes `C = C'^T`, `A = B'^T`, `B = A'^T` and the
+    twin's dataflow swapped back (model.md section 3; `autotune.dataflow`).
+    """
+    return Expression(_flip(expr.result), _TWIN[expr.dataflow], _flip(expr.right), _flip(expr.left))
+
+
 def gemm_letters(expr: Expression) -> tuple[str, str, str] | None:
     """`(m, n, k)` of an expression as letters, or None when its operand
     shapes do not fit its dataflow (A `MxK`/`KxM`, B `KxN`/`NxK`)."""
