@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field, model_validator
 
 from autotune.specs.base import Spec
+from cost_models import CollectiveOp
 
 CALIBRATION_SCHEMA = "meshtune.calibration/1"
 
@@ -117,15 +118,7 @@ class CalibrationSpec(Spec):
                 f"schema must be {CALIBRATION_SCHEMA!r}, got {self.schema_!r}; "
                 "fix: write the file with `meshtune calibrate`"
             )
-        known_ops = {
-            "all_gather",
-            "reduce_scatter",
-            "send_recv",
-            "all_reduce",
-            "broadcast",
-            "reduce",
-            "all_to_all",
-        }
+        known_ops = {op.value for op in CollectiveOp}
         for op, axes in self.collectives.items():
             if op not in known_ops:
                 raise ValueError(
