@@ -14,6 +14,7 @@ from autotune import __version__
 
 # name -> "module:attribute"; each module defines one click command.
 SUBCOMMANDS: dict[str, str] = {
+    "bench": "autotune.cli.bench:bench",
     "calibrate": "autotune.cli.calibrate:calibrate",
     "plan": "autotune.cli.plan:plan",
     "compare": "autotune.cli.compare:compare",

@@ -166,13 +166,13 @@ def run_meshslice_jax(
     return np.asarray(fn(place(a, jmesh), place(b, jmesh)))
 
 
-def time_gemm(fn: Callable, a, b, repeats: int = 5) -> float:
-    """Median seconds of `fn(a, b)` after one warm-up (compile) run."""
-    fn(a, b).block_until_ready()
+def time_call(fn: Callable, *args, repeats: int = 5) -> float:
+    """Median seconds of `fn(*args)` after one warm-up (compile) run."""
+    fn(*args).block_until_ready()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        fn(a, b).block_until_ready()
+        fn(*args).block_until_ready()
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
