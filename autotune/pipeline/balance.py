@@ -1,0 +1,181 @@
+"""The balancer: even-split baseline, MILP with critical-path cuts, and the
+infeasibility diagnosis. Returns a BalanceResult; infeasible is a result.
+
+Why cuts: the step time of a schedule is the longest path through its
+dependency graph, a maximum of linear functions of the chunk times (one per
+path). The MILP starts from the critical paths of the baselines; after each
+solve the simulator replays the plan and, if its critical path is longer than
+the MILP's step, that path becomes a new constraint. Every path bounds the
+makespan of every assignment from below, so the MILP's dual bound is a valid
+lower bound on the best simulated step time, and the loop stops when the
+plan's simulated step equals its MILP step (up to the relative gap).
+"""
+
+from __future__ import annotations
+
+import time
+
+from autotune.pipeline.assignment import (
+    Assignment,
+    alive_vectors,
+    even_layer_split,
+    uniform_assignment,
+)
+from autotune.pipeline.result import (
+    BalanceResult,
+    Infeasibility,
+    PlanEvaluation,
+    SolverReport,
+    evaluate,
+)
+from autotune.pipeline.simulator import Simulation, simulate
+from autotune.pipeline.spec import Problem
+
+MAX_CUT_ROUNDS = 60
+
+
+def _path_of(sim: Simulation):
+    from autotune.pipeline.ilp import Path
+
+    return Path(sim.critical_forward, sim.critical_backward)
+
+
+def _fits(problem: Problem, sim: Simulation) -> bool:
+    return all(m <= problem.memory_cap_bytes * (1 + 1e-9) for m in sim.stage_peak_bytes)
+
+
+def baselines(problem: Problem) -> list[tuple[str, Assignment]]:
+    """The even split with every layer on one recomputation option, for each
+    option every kind allows (the seed's "naive" plans)."""
+    layers = even_layer_split(problem)
+    out = []
+    for o, opt in enumerate(problem.options):
+        if all(g.activation_bytes[o] is not None for g in problem.groups):
+            out.append(
+                (f"even split, recompute {opt.name}", uniform_assignment(problem, layers, o))
+            )
+    return out
+
+
+def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibility:
+    """Minimise the largest excess over the cap; name the tightest stage."""
+    from autotune.pipeline.ilp import solve
+
+    out = solve(problem, [], time_limit_s=time_limit_s, solver=solver, minimise_overshoot=True)
+    if out.assignment is None:
+        return Infeasibility(
+            stage=None,
+            shortfall_bytes=None,
+            reason="no assignment satisfies the layer-count and order rules",
+        )
+    sim = simulate(problem, out.assignment)
+    peaks = sim.stage_peak_bytes
+    stage = max(range(len(peaks)), key=peaks.__getitem__)
+    shortfall = max(peaks[stage] - problem.memory_cap_bytes, 0.0)
+    return Infeasibility(
+        stage=stage,
+        shortfall_bytes=shortfall,
+        reason=(
+            f"no plan fits the memory cap: stage {stage} is the tightest and still needs "
+            f"{shortfall / 2**30:.3f} GiB more than the cap with the most memory-saving plan"
+        ),
+    )
+
+
+def balance(problem: Problem) -> BalanceResult:
+    """Choose layers per chunk and recomputation per layer that minimise the
+    simulated step time while every stage fits in memory."""
+    from autotune.pipeline.ilp import solve, solver_name
+
+    t0 = time.perf_counter()
+    solver = solver_name(problem.solver)
+    base_evals: list[PlanEvaluation] = []
+    paths = []
+    for label, assignment in baselines(problem):
+        sim = simulate(problem, assignment)
+        base_evals.append(evaluate(problem, assignment, sim, label))
+        paths.append(_path_of(sim))
+    fitting = [b for b in base_evals if b.fits]
+    baseline = min(fitting, key=lambda b: b.step_time_s) if fitting else None
+
+    best: tuple[Assignment, Simulation] | None = None
+    lower_bound = 0.0
+    rounds = 0
+    last = None
+    while True:
+        remaining = problem.time_limit_s - (time.perf_counter() - t0)
+        if remaining <= 0.05:
+            break
+        rounds += 1
+        last = solve(problem, paths, time_limit_s=remaining, solver=solver)
+        if last.status == "infeasible":
+            break
+        if last.assignment is None:
+            break
+        sim = simulate(problem, last.assignment)
+        if _fits(problem, sim) and (best is None or sim.makespan_s < best[1].makespan_s):
+            best = (last.assignment, sim)
+        if last.bound is not None:
+            lower_bound = max(lower_bound, last.bound)
+        elif last.status == "optimal" and last.objective is not None:
+            lower_bound = max(lower_bound, last.objective * (1 - problem.relative_gap))
+        if sim.makespan_s <= (last.objective or 0.0) * (1 + 1e-9) or rounds >= MAX_CUT_ROUNDS:
+            break
+        new_path = _path_of(sim)
+        if new_path in paths:
+            break
+        paths.append(new_path)
+
+    elapsed = time.perf_counter() - t0
+    if best is None:
+        if last is not None and last.status == "infeasible":
+            infeasible = _diagnose(problem, solver, max(problem.time_limit_s, 10.0))
+            return BalanceResult(
+                problem=problem,
+                plan=None,
+                predicted_step_s=None,
+                baseline=baseline,
+                baselines=tuple(base_evals),
+                solver=SolverReport(solver, "infeasible", elapsed, None, None, rounds, len(paths)),
+                infeasible=infeasible,
+            )
+        if baseline is None:
+            return BalanceResult(
+                problem=problem,
+                plan=None,
+                predicted_step_s=None,
+                baseline=None,
+                baselines=tuple(base_evals),
+                solver=SolverReport(solver, "time_limit", elapsed, None, None, rounds, len(paths)),
+                infeasible=Infeasibility(
+                    None, None, "the solver found no plan within the time limit"
+                ),
+            )
+
+    plan_eval = evaluate(problem, best[0], best[1], "balanced") if best is not None else None
+    if plan_eval is None or (baseline is not None and baseline.step_time_s < plan_eval.step_time_s):
+        # Only when the time limit cut the search short: never return a plan
+        # worse than the even split.
+        plan_eval = baseline
+    assert plan_eval is not None
+    predicted = (
+        last.objective if (last is not None and last.assignment == plan_eval.assignment) else None
+    )
+    if predicted is None:
+        predicted = plan_eval.step_time_s
+    gap = None
+    if lower_bound > 0:
+        gap = max(plan_eval.step_time_s - lower_bound, 0.0) / plan_eval.step_time_s
+    status = "optimal" if gap is not None and gap <= problem.relative_gap + 1e-9 else "feasible"
+    return BalanceResult(
+        problem=problem,
+        plan=plan_eval,
+        predicted_step_s=predicted,
+        baseline=baseline,
+        baselines=tuple(base_evals),
+        solver=SolverReport(solver, status, elapsed, gap, lower_bound or None, rounds, len(paths)),
+        infeasible=None,
+    )
+
+
+__all__ = ["alive_vectors", "balance", "baselines"]

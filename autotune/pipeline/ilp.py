@@ -1,0 +1,329 @@
+"""The stage-balancing MILP (the only module that imports pulp).
+
+Variables (all named): `n_g{g}_c{c}_{option}` integer, the layers of group g
+in model chunk c that use a recomputation option; `done_g{g}_c{c}` binary,
+group g is fully placed by the end of chunk c; `step` the step time.
+
+    minimise   step
+    subject to step >= sum_c nF_p(c) F_c + nB_p(c) B_c        for each path p
+               static_s + sum_k a_k act(chunk k of s) <= cap  for each stage s,
+                                                              alive vector a
+               sum_{c,o} n_gco = count_g;  sum_{g,o} n_gco >= min_layers
+               Q_gc >= count_g done_gc;  Q_{g+1,c} <= count_{g+1} done_gc
+
+with F_c, B_c, act, static linear in n (assignment.py), Q_gc the layers of
+group g in chunks <= c, and the paths taken from the schedule's dependency
+graph (balance.py adds the simulator's critical paths until the bound is
+tight, so `step` converges to the simulated makespan).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+
+import pulp
+
+from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.schedule import stage_orders
+from autotune.pipeline.spec import Problem, Schedule, SolverChoice
+
+GIB = float(2**30)
+
+
+@dataclass(frozen=True)
+class Path:
+    """Op counts of one dependency-graph path per model chunk."""
+
+    forward: tuple[int, ...]
+    backward: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class IlpOutcome:
+    """One MILP solve: status, the assignment found, objective and bound."""
+
+    status: str  # optimal | feasible | infeasible | no_solution
+    solver: str
+    assignment: Assignment | None
+    objective: float | None
+    bound: float | None
+    solve_time_s: float
+    overshoot_bytes: float | None = None
+
+
+def highs_available() -> bool:
+    """True when PuLP can drive HiGHS through highspy."""
+    return "HiGHS" in pulp.listSolvers(onlyAvailable=True)
+
+
+def solver_name(choice: SolverChoice) -> str:
+    """The solver `choice` resolves to on this machine."""
+    if choice is SolverChoice.CBC:
+        return "cbc"
+    if choice is SolverChoice.HIGHS or highs_available():
+        return "highs"
+    return "cbc"
+
+
+def _make_solver(name: str, time_limit_s: float, gap: float, log_path: str | None):
+    if name == "highs":
+        return pulp.HiGHS(
+            msg=bool(os.environ.get("MESHTUNE_SOLVER_LOG")),
+            timeLimit=time_limit_s,
+            gapRel=gap,
+            threads=int(os.environ.get("MESHTUNE_THREADS", "1")),
+        )
+    return pulp.PULP_CBC_CMD(
+        msg=False, timeLimit=max(1, round(time_limit_s)), gapRel=gap, logPath=log_path
+    )
+
+
+def _cbc_bound(log_path: str) -> float | None:
+    """The best bound CBC printed (its 'Lower bound:' or 'best possible' line)."""
+    try:
+        text = open(log_path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None
+    found = re.findall(r"Lower bound:\s*([-0-9.eE+]+)", text) or re.findall(
+        r"best possible ([-0-9.eE+]+)", text
+    )
+    return float(found[-1]) if found else None
+
+
+def _dominated(problem: Problem, g: int, o: int) -> bool:
+    """Option o of group g is never needed when another option costs no more
+    backward time and keeps no more activation memory (ties keep the first)."""
+    acts, opts = problem.groups[g].activation_bytes, problem.options
+    mine = (opts[o].backward_time_coef, acts[o])
+    for k, other in enumerate(opts):
+        if k == o or acts[k] is None:
+            continue
+        theirs = (other.backward_time_coef, acts[k])
+        if theirs[0] <= mine[0] and theirs[1] <= mine[1] and (theirs != mine or k < o):
+            return True
+    return False
+
+
+def _add_schedule(problem: Problem, prob, step, fwd: list, bwd: list) -> None:
+    """End time `end_{F|B}{c}_{j}` of every op, bounded below by its stage
+    predecessor's end and its input's end plus its own duration (the
+    simulator's rules), and `step` >= every stage's last end: minimising
+    `step` makes it the longest path, i.e. the simulated makespan."""
+    pp, num = problem.num_stages, problem.num_virtual
+    orders = stage_orders(
+        pp, problem.num_chunks, problem.num_micro_batches, problem.schedule is Schedule.INTERLEAVED
+    )
+    end: dict[tuple[bool, int, int], pulp.LpVariable] = {}
+    for s, order in enumerate(orders):
+        for forward, local, j in order:
+            c = local * pp + s
+            end[forward, c, j] = pulp.LpVariable(f"end_{'F' if forward else 'B'}{c}_{j}", 0)
+    for s, order in enumerate(orders):
+        prev = None
+        for forward, local, j in order:
+            c = local * pp + s
+            key = (forward, c, j)
+            dur = fwd[c] if forward else bwd[c]
+            tag = f"{'F' if forward else 'B'}{c}_{j}"
+            if prev is not None:
+                prob += end[key] >= end[prev] + dur, f"stage_order_{tag}"
+            if forward:
+                dep = (True, c - 1, j) if c > 0 else None
+            else:
+                dep = (False, c + 1, j) if c < num - 1 else (True, c, j)
+            if dep is not None:
+                prob += end[key] >= end[dep] + dur, f"input_{tag}"
+            elif prev is None:
+                prob += end[key] >= dur, f"first_{tag}"
+            prev = key
+        prob += step >= end[prev], f"last_s{s}"
+
+
+def solve(
+    problem: Problem,
+    paths: list[Path],
+    *,
+    time_limit_s: float,
+    solver: str,
+    fixed_layers: list[list[int]] | None = None,
+    minimise_overshoot: bool = False,
+    exact_schedule: bool = True,
+) -> IlpOutcome:
+    """Build and solve the MILP. Times are scaled to the largest layer
+    forward and memory to GiB so the coefficients stay near 1.
+
+    `fixed_layers[c][g]` pins layer counts (only recomputation is chosen);
+    `minimise_overshoot` drops the time objective and minimises the largest
+    memory excess over the cap (the infeasibility diagnosis)."""
+    t_ref = max(g.forward_s for g in problem.groups)
+    num, pp = problem.num_virtual, problem.num_stages
+    groups, options = problem.groups, problem.options
+    prob = pulp.LpProblem("pipeline_balance", pulp.LpMinimize)
+
+    n: dict[tuple[int, int, int], pulp.LpVariable] = {}
+    for c in range(num):
+        for g, grp in enumerate(groups):
+            for o, opt in enumerate(options):
+                if grp.activation_bytes[o] is not None and not _dominated(problem, g, o):
+                    n[g, c, o] = pulp.LpVariable(
+                        f"n_g{g}_c{c}_{opt.name}", 0, grp.count, cat=pulp.LpInteger
+                    )
+
+    # Explicit layer counts: branching on them first settles the cut points,
+    # after which the recomputation counts are small knapsacks.
+    xv = {
+        (g, c): pulp.LpVariable(f"x_g{g}_c{c}", 0, grp.count, cat=pulp.LpInteger)
+        for g, grp in enumerate(groups)
+        for c in range(num)
+    }
+    for (g, c), var in xv.items():
+        prob += (
+            pulp.lpSum(n[g, c, o] for o in range(len(options)) if (g, c, o) in n) == var,
+            f"layers_g{g}_c{c}",
+        )
+
+    def x(g: int, c: int) -> pulp.LpVariable:
+        return xv[g, c]
+
+    for g, grp in enumerate(groups):
+        prob += pulp.lpSum(x(g, c) for c in range(num)) == grp.count, f"place_all_g{g}"
+    for c in range(num):
+        prob += (
+            pulp.lpSum(x(g, c) for g in range(len(groups))) >= problem.min_layers_per_chunk,
+            f"min_layers_c{c}",
+        )
+        if fixed_layers is not None:
+            for g in range(len(groups)):
+                prob += x(g, c) == fixed_layers[c][g], f"fixed_g{g}_c{c}"
+    # Model order: group g+1 may start in chunk c only once group g is done.
+    for g in range(len(groups) - 1):
+        for c in range(num - 1):
+            done = pulp.LpVariable(f"done_g{g}_c{c}", cat=pulp.LpBinary)
+            prob += (
+                pulp.lpSum(x(g, k) for k in range(c + 1)) >= groups[g].count * done,
+                f"order_done_g{g}_c{c}",
+            )
+            prob += (
+                pulp.lpSum(x(g + 1, k) for k in range(c + 1)) <= groups[g + 1].count * done,
+                f"order_next_g{g}_c{c}",
+            )
+
+    fwd, bwd = [], []
+    for c in range(num):
+        f_const = (problem.head.forward_s if c == 0 else 0.0) + (
+            problem.tail.forward_s if c == num - 1 else 0.0
+        )
+        b_const = (problem.head.backward_s if c == 0 else 0.0) + (
+            problem.tail.backward_s if c == num - 1 else 0.0
+        )
+        fwd.append(
+            pulp.lpSum(groups[g].forward_s / t_ref * v for (g, cc, _), v in n.items() if cc == c)
+            + f_const / t_ref
+        )
+        bwd.append(
+            pulp.lpSum(
+                groups[g].backward_s * (1 + options[o].backward_time_coef) / t_ref * v
+                for (g, cc, o), v in n.items()
+                if cc == c
+            )
+            + b_const / t_ref
+        )
+
+    over = pulp.LpVariable("overshoot_gib", 0) if minimise_overshoot else None
+    cap = problem.memory_cap_bytes / GIB
+    vectors = alive_vectors(problem)
+    for s in range(pp):
+        chunks = list(range(s, num, pp))
+        static = problem.constant_bytes / GIB
+        static += (problem.head.memory_bytes / GIB if s == 0 else 0.0) + (
+            problem.tail.memory_bytes / GIB if s == pp - 1 else 0.0
+        )
+        params = pulp.lpSum(
+            groups[g].parameter_bytes / GIB * v for (g, c, _), v in n.items() if c in chunks
+        )
+        acts = [
+            pulp.lpSum(
+                groups[g].activation_bytes[o] / GIB * v for (g, cc, o), v in n.items() if cc == c
+            )
+            for c in chunks
+        ]
+        for i, vec in enumerate(vectors[s]):
+            act = pulp.lpSum(k * a for k, a in zip(vec, acts, strict=True) if k)
+            limit = cap + over if over is not None else cap
+            prob += static + params + act <= limit, f"memory_s{s}_v{i}"
+
+    if over is not None:
+        prob += over
+    else:
+        step = pulp.LpVariable("step", 0)
+        prob += step
+        for p_i, path in enumerate(paths):
+            prob += (
+                step
+                >= pulp.lpSum(k * fwd[c] for c, k in enumerate(path.forward) if k)
+                + pulp.lpSum(k * bwd[c] for c, k in enumerate(path.backward) if k),
+                f"path_{p_i}",
+            )
+        if exact_schedule:
+            # Named chunk-time variables keep every op row at three terms.
+            fwd_vars, bwd_vars = [], []
+            for c in range(num):
+                fv = pulp.LpVariable(f"forward_c{c}", 0)
+                bv = pulp.LpVariable(f"backward_c{c}", 0)
+                prob += fv == fwd[c], f"forward_time_c{c}"
+                prob += bv == bwd[c], f"backward_time_c{c}"
+                fwd_vars.append(fv)
+                bwd_vars.append(bv)
+            _add_schedule(problem, prob, step, fwd_vars, bwd_vars)
+
+    log_path = None
+    if solver == "cbc":
+        fd, log_path = tempfile.mkstemp(prefix="meshtune-cbc-", suffix=".log")
+        os.close(fd)
+    t0 = time.perf_counter()
+    try:
+        prob.solve(_make_solver(solver, time_limit_s, problem.relative_gap, log_path))
+        elapsed = time.perf_counter() - t0
+        bound = None
+        if solver == "highs":
+            info = prob.solverModel.getInfo()
+            bound = info.mip_dual_bound
+        elif log_path is not None:
+            bound = _cbc_bound(log_path)
+    finally:
+        if log_path is not None:
+            os.unlink(log_path)
+
+    status = pulp.LpStatus[prob.status]
+    if status == "Infeasible":
+        return IlpOutcome("infeasible", solver, None, None, None, elapsed)
+    if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return IlpOutcome("no_solution", solver, None, None, None, elapsed)
+    counts = tuple(
+        tuple(
+            tuple(
+                round(n[g, c, o].varValue or 0.0) if (g, c, o) in n else 0
+                for o in range(len(options))
+            )
+            for g in range(len(groups))
+        )
+        for c in range(num)
+    )
+    objective = pulp.value(prob.objective) or 0.0
+    scale = GIB if over is not None else t_ref
+    if bound is not None and (bound != bound or abs(bound) == float("inf")):
+        bound = None
+    state = "optimal" if prob.sol_status == pulp.LpSolutionOptimal else "feasible"
+    return IlpOutcome(
+        state,
+        solver,
+        Assignment(counts),
+        objective * scale,
+        bound * scale if bound is not None else None,
+        elapsed,
+        overshoot_bytes=objective * GIB if over is not None else None,
+    )

@@ -1,0 +1,332 @@
+"""meshtune's own pipeline-balancing YAML (specs, human units) and the
+problem the balancer solves (frozen dataclasses, base units: seconds, bytes).
+
+Human units are converted here, once: `*_ms` keys are milliseconds (1e-3 s),
+`*_gib` keys are GiB (2**30 bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from autotune.specs.base import Spec
+
+MS = 1e-3
+GIB = float(2**30)
+
+# The recomputation options meshtune knows, in the order the seed framework's
+# lists are derived from them (see seed_config in result.py).
+RECOMPUTE_OPTIONS = ("none", "selective", "comm", "selective_comm", "full")
+
+
+class Schedule(str, Enum):
+    """Pipeline schedule."""
+
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved-1f1b"
+
+
+class SolverChoice(str, Enum):
+    """MILP solver: HiGHS (through highspy) when installed, else CBC."""
+
+    AUTO = "auto"
+    HIGHS = "highs"
+    CBC = "cbc"
+
+
+class PipelineShapeSpec(Spec):
+    """How the model is cut and scheduled."""
+
+    num_stages: int = Field(gt=0, description="Pipeline stages (pp).")
+    num_chunks: int = Field(
+        default=1, gt=0, description="Interleaved chunks per stage (v); 1 = plain 1F1B."
+    )
+    num_micro_batches: int = Field(gt=0, description="Micro-batches per step (m).")
+    schedule: Schedule = Field(
+        default=Schedule.ONE_F_ONE_B,
+        strict=False,
+        description="`1f1b` (needs num_chunks 1) or `interleaved-1f1b` (Megatron order).",
+    )
+    min_layers_per_chunk: int = Field(
+        default=1, ge=0, description="Fewest body layers a chunk may hold."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineShapeSpec:
+        if self.schedule is Schedule.ONE_F_ONE_B and self.num_chunks != 1:
+            raise ValueError(
+                f"schedule 1f1b runs one chunk per stage, got num_chunks {self.num_chunks}; "
+                "fix: set `schedule: interleaved-1f1b` or `num_chunks: 1`"
+            )
+        if self.schedule is Schedule.INTERLEAVED and self.num_micro_batches % self.num_stages:
+            raise ValueError(
+                f"interleaved 1F1B needs num_micro_batches ({self.num_micro_batches}) to be a "
+                f"multiple of num_stages ({self.num_stages}); fix: use a multiple of "
+                f"{self.num_stages}"
+            )
+        return self
+
+
+class MemorySpec(Spec):
+    """Device memory budget and what every stage holds regardless of layers."""
+
+    cap_gib: float = Field(gt=0, description="Usable device memory per stage, GiB.")
+    constant_gib: float = Field(
+        ge=0, description="Memory every stage holds besides its layers (buffers, workspace), GiB."
+    )
+
+
+class EndSpec(Spec):
+    """The head (embedding, first stage) or the tail (norm, output, loss; last stage)."""
+
+    forward_ms: float = Field(ge=0, description="Forward time per micro-batch, ms.")
+    backward_factor: float = Field(
+        default=2.0, ge=0, description="Backward time as a multiple of the forward time."
+    )
+    memory_gib: float = Field(
+        ge=0, description="Extra memory on its stage (parameters, optimizer, activations), GiB."
+    )
+
+
+class LayerKindSpec(Spec):
+    """A run of identical body layers, in model order."""
+
+    kind: str = Field(min_length=1, description="Name of the layer kind (dense, moe, mtp, ...).")
+    count: int = Field(gt=0, description="Number of consecutive layers of this kind.")
+    forward_ms: float = Field(gt=0, description="Forward time of one layer per micro-batch, ms.")
+    backward_factor: float = Field(
+        default=2.0, ge=0, description="Backward time (no recomputation) / forward time."
+    )
+    parameter_memory_gib: float = Field(
+        ge=0, description="Parameter, gradient and optimizer memory of one layer, GiB."
+    )
+    activation_memory_gib: dict[str, float] = Field(
+        description="Activation memory kept per micro-batch by one layer, GiB, for each "
+        "recomputation option this kind may use (keys from recompute_options)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> LayerKindSpec:
+        if not self.activation_memory_gib:
+            raise ValueError(
+                "activation_memory_gib lists no recomputation option; "
+                "fix: give at least `none: <GiB>`"
+            )
+        for name, value in self.activation_memory_gib.items():
+            if value < 0:
+                raise ValueError(
+                    f"activation_memory_gib.{name} is negative ({value}); fix: use a value >= 0"
+                )
+        return self
+
+
+class SolverSpec(Spec):
+    """How the MILP is solved."""
+
+    solver: SolverChoice = Field(
+        default=SolverChoice.AUTO, strict=False, description="auto, highs or cbc."
+    )
+    time_limit_s: float = Field(default=60.0, gt=0, description="Wall-time limit of the search.")
+    relative_gap: float = Field(
+        default=1e-3, ge=0, lt=1, description="Stop when the proven gap is at most this."
+    )
+
+
+class PipelineFileSpec(Spec):
+    """The whole `meshtune pipeline` input file (meshtune format)."""
+
+    pipeline: PipelineShapeSpec = Field(description="Stages, chunks, micro-batches, schedule.")
+    memory: MemorySpec = Field(description="Memory cap and constant memory per stage.")
+    recompute_options: dict[str, float] = Field(
+        description="Recomputation options allowed, each with its backward-time coefficient: "
+        "backward time = backward_factor * forward * (1 + coefficient). Names from: "
+        + ", ".join(RECOMPUTE_OPTIONS)
+        + "."
+    )
+    head: EndSpec = Field(description="Embedding on the first stage.")
+    tail: EndSpec = Field(description="Final norm, output projection and loss on the last stage.")
+    layers: list[LayerKindSpec] = Field(min_length=1, description="Body layers in model order.")
+    solver: SolverSpec = Field(default_factory=SolverSpec, description="Solver settings.")
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineFileSpec:
+        for name, coef in self.recompute_options.items():
+            if name not in RECOMPUTE_OPTIONS:
+                raise ValueError(
+                    f"recompute_options has unknown option {name!r}; "
+                    f"fix: use names from {', '.join(RECOMPUTE_OPTIONS)}"
+                )
+            if coef < 0:
+                raise ValueError(
+                    f"recompute_options.{name} is negative ({coef}); fix: use a value >= 0"
+                )
+        seen: set[str] = set()
+        for i, kind in enumerate(self.layers):
+            if kind.kind in seen:
+                raise ValueError(
+                    f"layers[{i}].kind {kind.kind!r} appears twice; fix: merge the runs or "
+                    "give the second run its own name"
+                )
+            seen.add(kind.kind)
+            for name in kind.activation_memory_gib:
+                if name not in self.recompute_options:
+                    raise ValueError(
+                        f"layers[{i}].activation_memory_gib.{name} is not in recompute_options; "
+                        f"fix: add `{name}: <coefficient>` to recompute_options or remove it"
+                    )
+        total = sum(k.count for k in self.layers)
+        num_chunks = self.pipeline.num_stages * self.pipeline.num_chunks
+        if total < num_chunks * self.pipeline.min_layers_per_chunk:
+            raise ValueError(
+                f"{total} body layers cannot give {num_chunks} chunks at least "
+                f"{self.pipeline.min_layers_per_chunk} layer(s) each; fix: lower num_stages, "
+                "num_chunks or min_layers_per_chunk"
+            )
+        return self
+
+
+# ---------------------------------------------------------------- problem
+
+
+@dataclass(frozen=True)
+class RecomputeOption:
+    """A recomputation option and its backward-time coefficient."""
+
+    name: str
+    backward_time_coef: float
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """`count` identical consecutive body layers, base units.
+
+    `activation_bytes[o]` is the memory one layer keeps per micro-batch under
+    option index `o`, or None when the kind may not use that option.
+    """
+
+    kind: str
+    count: int
+    forward_s: float
+    backward_s: float
+    parameter_bytes: float
+    activation_bytes: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class EndBlock:
+    """Head or tail: time per micro-batch and memory on its stage, base units."""
+
+    forward_s: float
+    backward_s: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything the balancer needs, in base units."""
+
+    num_stages: int
+    num_chunks: int
+    num_micro_batches: int
+    schedule: Schedule
+    min_layers_per_chunk: int
+    options: tuple[RecomputeOption, ...]
+    groups: tuple[LayerGroup, ...]
+    head: EndBlock
+    tail: EndBlock
+    constant_bytes: float
+    memory_cap_bytes: float
+    solver: SolverChoice = SolverChoice.AUTO
+    time_limit_s: float = 60.0
+    relative_gap: float = 1e-3
+
+    @property
+    def num_virtual(self) -> int:
+        """Chunks over the whole pipeline (pp * v), in model order."""
+        return self.num_stages * self.num_chunks
+
+    @property
+    def num_layers(self) -> int:
+        """Body layers over all kinds."""
+        return sum(g.count for g in self.groups)
+
+    def stage_of(self, chunk: int) -> int:
+        """Stage holding model chunk `chunk` (chunk c lives on stage c mod pp)."""
+        return chunk % self.num_stages
+
+    def option_index(self, name: str) -> int:
+        """Index of a recomputation option by name."""
+        return [o.name for o in self.options].index(name)
+
+
+def problem_from_spec(spec: PipelineFileSpec) -> Problem:
+    """Convert a validated meshtune-format file to base units."""
+    names = [n for n in RECOMPUTE_OPTIONS if n in spec.recompute_options]
+    options = tuple(RecomputeOption(n, spec.recompute_options[n]) for n in names)
+    groups = tuple(
+        LayerGroup(
+            kind=k.kind,
+            count=k.count,
+            forward_s=k.forward_ms * MS,
+            backward_s=k.forward_ms * MS * k.backward_factor,
+            parameter_bytes=k.parameter_memory_gib * GIB,
+            activation_bytes=tuple(
+                k.activation_memory_gib[n] * GIB if n in k.activation_memory_gib else None
+                for n in names
+            ),
+        )
+        for k in spec.layers
+    )
+
+    def end(e: EndSpec) -> EndBlock:
+        return EndBlock(
+            e.forward_ms * MS, e.forward_ms * MS * e.backward_factor, e.memory_gib * GIB
+        )
+
+    p = spec.pipeline
+    return Problem(
+        num_stages=p.num_stages,
+        num_chunks=p.num_chunks,
+        num_micro_batches=p.num_micro_batches,
+        schedule=p.schedule,
+        min_layers_per_chunk=p.min_layers_per_chunk,
+        options=options,
+        groups=groups,
+        head=end(spec.head),
+        tail=end(spec.tail),
+        constant_bytes=spec.memory.constant_gib * GIB,
+        memory_cap_bytes=spec.memory.cap_gib * GIB,
+        solver=spec.solver.solver,
+        time_limit_s=spec.solver.time_limit_s,
+        relative_gap=spec.solver.relative_gap,
+    )
+
+
+def load_problem_data(data: dict[str, Any], file: str) -> Problem:
+    """Validate a meshtune-format mapping and convert it."""
+    from autotune.loading import validate_spec
+
+    return problem_from_spec(validate_spec(PipelineFileSpec, data, file=file))
+
+
+def is_seed_format(data: dict[str, Any]) -> bool:
+    """True for the seed tool's init YAML (it has `pipeline_config`)."""
+    return "pipeline_config" in data
+
+
+def load_problem(path: str | Path) -> tuple[Problem, Any]:
+    """Read either input format; returns the problem and, for the seed
+    format, the memory decomposition (else None)."""
+    from autotune.loading import load_mapping
+
+    data = load_mapping(path)
+    if is_seed_format(data):
+        from autotune.pipeline.seed_format import load_seed_problem
+
+        return load_seed_problem(data, str(path))
+    return load_problem_data(data, str(path)), None
