@@ -17,7 +17,6 @@ import time
 
 from autotune.pipeline.assignment import (
     Assignment,
-    alive_vectors,
     even_layer_split,
     uniform_assignment,
 )
@@ -178,4 +177,11 @@ def balance(problem: Problem) -> BalanceResult:
     )
 
 
-__all__ = ["alive_vectors", "balance", "baselines"]
+def balance_file(path: str) -> BalanceResult:
+    """Load either input format (decomposing seed-format memories) and balance."""
+    from dataclasses import replace
+
+    from autotune.pipeline.spec import load_problem
+
+    problem, decomposition = load_problem(path)
+    return replace(balance(problem), decomposition=decomposition)

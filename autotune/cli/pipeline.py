@@ -1,0 +1,73 @@
+"""`meshtune pipeline`: balance layers and recomputation over pipeline stages."""
+
+from __future__ import annotations
+
+import click
+
+from autotune.cli.common import guarded
+
+
+@click.command()
+@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Report on stdout as tables or as the meshtune.pipeline/1 JSON document.",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the JSON document to this file (atomically).",
+)
+@click.option(
+    "--timeline",
+    "timeline",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE.svg",
+    help="Write the simulated schedule of the plan as an SVG timeline.",
+)
+@guarded
+def pipeline(spec_file: str, fmt: str, out: str | None, timeline: str | None) -> None:
+    """Balance SPEC_FILE's layers and recomputation over pipeline stages and chunks
+    (meshtune's pipeline YAML or the seed tool's init YAML with a `meshtune:` block).
+
+    Exit codes: 0 ok, 1 no plan fits the memory cap, 2 bad input.
+    """
+    from autotune.errors import InputError, NoFeasiblePlanError
+    from autotune.io import atomic_write_text
+    from autotune.pipeline.balance import balance_file
+    from autotune.pipeline.document import to_json
+
+    if timeline is not None and not timeline.lower().endswith(".svg"):
+        raise InputError(
+            "must name an .svg file", field="--timeline", value=timeline, fix="e.g. plan.svg"
+        )
+    result = balance_file(spec_file)
+    text = to_json(result, spec_file) if (fmt == "json" or out) else None
+    if out:
+        atomic_write_text(out, text)
+    if timeline and result.plan is not None:
+        from autotune.pipeline.render_svg import timeline_svg
+
+        title = f"{spec_file}: {result.plan.label}"
+        atomic_write_text(
+            timeline, timeline_svg(result.plan.simulation, result.problem.num_stages, title)
+        )
+    if fmt == "json":
+        click.echo(text, nl=False)
+    else:
+        from autotune.pipeline.render import render_result
+
+        render_result(result)
+        for path in (out, timeline if result.plan is not None else None):
+            if path:
+                click.echo(f"wrote {path}")
+    if result.plan is None:
+        reason = result.infeasible.reason if result.infeasible else "no plan"
+        raise NoFeasiblePlanError(reason)
