@@ -94,6 +94,13 @@ def _cbc_bound(log_path: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+def _var(prob, name: str, low=None, up=None, cat=pulp.LpContinuous):
+    """A named variable attached to `prob` (PuLP >= 3.3 API, older fallback)."""
+    if hasattr(prob, "add_variable"):
+        return prob.add_variable(name, low, up, cat=cat)
+    return pulp.LpVariable(name, low, up, cat=cat)
+
+
 def _dominated(problem: Problem, g: int, o: int) -> bool:
     """Option o of group g is never needed when another option costs no more
     backward time and keeps no more activation memory (ties keep the first)."""
@@ -121,7 +128,7 @@ def _add_schedule(problem: Problem, prob, step, fwd: list, bwd: list) -> None:
     for s, order in enumerate(orders):
         for forward, local, j in order:
             c = local * pp + s
-            end[forward, c, j] = pulp.LpVariable(f"end_{'F' if forward else 'B'}{c}_{j}", 0)
+            end[forward, c, j] = _var(prob, f"end_{'F' if forward else 'B'}{c}_{j}", 0)
     for s, order in enumerate(orders):
         prev = None
         for forward, local, j in order:
@@ -169,14 +176,14 @@ def solve(
         for g, grp in enumerate(groups):
             for o, opt in enumerate(options):
                 if grp.activation_bytes[o] is not None and not _dominated(problem, g, o):
-                    n[g, c, o] = pulp.LpVariable(
-                        f"n_g{g}_c{c}_{opt.name}", 0, grp.count, cat=pulp.LpInteger
+                    n[g, c, o] = _var(
+                        prob, f"n_g{g}_c{c}_{opt.name}", 0, grp.count, cat=pulp.LpInteger
                     )
 
     # Explicit layer counts: branching on them first settles the cut points,
     # after which the recomputation counts are small knapsacks.
     xv = {
-        (g, c): pulp.LpVariable(f"x_g{g}_c{c}", 0, grp.count, cat=pulp.LpInteger)
+        (g, c): _var(prob, f"x_g{g}_c{c}", 0, grp.count, cat=pulp.LpInteger)
         for g, grp in enumerate(groups)
         for c in range(num)
     }
@@ -202,7 +209,7 @@ def solve(
     # Model order: group g+1 may start in chunk c only once group g is done.
     for g in range(len(groups) - 1):
         for c in range(num - 1):
-            done = pulp.LpVariable(f"done_g{g}_c{c}", cat=pulp.LpBinary)
+            done = _var(prob, f"done_g{g}_c{c}", 0, 1, cat=pulp.LpBinary)
             prob += (
                 pulp.lpSum(x(g, k) for k in range(c + 1)) >= groups[g].count * done,
                 f"order_done_g{g}_c{c}",
@@ -233,7 +240,7 @@ def solve(
             + b_const / t_ref
         )
 
-    over = pulp.LpVariable("overshoot_gib", 0) if minimise_overshoot else None
+    over = _var(prob, "overshoot_gib", 0) if minimise_overshoot else None
     cap = problem.memory_cap_bytes / GIB
     vectors = alive_vectors(problem)
     for s in range(pp):
@@ -259,7 +266,7 @@ def solve(
     if over is not None:
         prob += over
     else:
-        step = pulp.LpVariable("step", 0)
+        step = _var(prob, "step", 0)
         prob += step
         for p_i, path in enumerate(paths):
             prob += (
@@ -272,8 +279,8 @@ def solve(
             # Named chunk-time variables keep every op row at three terms.
             fwd_vars, bwd_vars = [], []
             for c in range(num):
-                fv = pulp.LpVariable(f"forward_c{c}", 0)
-                bv = pulp.LpVariable(f"backward_c{c}", 0)
+                fv = _var(prob, f"forward_c{c}", 0)
+                bv = _var(prob, f"backward_c{c}", 0)
                 prob += fv == fwd[c], f"forward_time_c{c}"
                 prob += bv == bwd[c], f"backward_time_c{c}"
                 fwd_vars.append(fv)

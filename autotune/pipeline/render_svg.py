@@ -47,7 +47,8 @@ def timeline_svg(sim: Simulation, num_stages: int, title: str, width_px: int = 1
         )
         if w > 12:
             out.append(
-                f'<text x="{x + w / 2:.2f}" y="{y + 13}" text-anchor="middle">{b.micro_batch}</text>'
+                f'<text x="{x + w / 2:.2f}" y="{y + 13}" text-anchor="middle">'
+                f"{b.micro_batch}</text>"
             )
     y = top_px + num_stages * row_px + 18
     out.append(

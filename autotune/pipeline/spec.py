@@ -309,8 +309,18 @@ def problem_from_spec(spec: PipelineFileSpec) -> Problem:
 
 def load_problem_data(data: dict[str, Any], file: str) -> Problem:
     """Validate a meshtune-format mapping and convert it."""
+    from autotune.errors import InputError
     from autotune.loading import validate_spec
 
+    allowed = list(PipelineFileSpec.model_fields)
+    for key in data:
+        if key not in allowed:
+            raise InputError(
+                "is not a known key",
+                file=file,
+                field=str(key),
+                fix=f"remove it or correct the spelling (allowed: {', '.join(allowed)})",
+            )
     return problem_from_spec(validate_spec(PipelineFileSpec, data, file=file))
 
 
