@@ -72,10 +72,10 @@ def solver_name(choice: SolverChoice) -> str:
 def _make_solver(name: str, time_limit_s: float, gap: float, log_path: str | None):
     if name == "highs":
         return pulp.HiGHS(
-            msg=bool(os.environ.get("MESHTUNE_SOLVER_LOG")),
+            msg=False,
             timeLimit=time_limit_s,
             gapRel=gap,
-            threads=int(os.environ.get("MESHTUNE_THREADS", "1")),
+            threads=1,
         )
     return pulp.PULP_CBC_CMD(
         msg=False, timeLimit=max(1, round(time_limit_s)), gapRel=gap, logPath=log_path

@@ -1,0 +1,90 @@
+"""Solve time and optimality gap of the stage balancer at 96 layers, 16
+stages, 3 interleaved chunks, 16 micro-batches and 5 recomputation options,
+with HiGHS (through highspy) and with CBC under a time limit.
+Target: proven optimal (gap <= 0.1%) in under 10 s with HiGHS.
+
+Run: python benchmarks/pipeline_speed.py [--cbc-limit SECONDS]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from autotune.pipeline.balance import balance
+from autotune.pipeline.ilp import highs_available
+from autotune.pipeline.spec import (
+    GIB,
+    EndBlock,
+    LayerGroup,
+    Problem,
+    RecomputeOption,
+    Schedule,
+    SolverChoice,
+)
+
+MS = 1e-3
+OPTIONS = (
+    ("none", 0.0),
+    ("selective", 0.04),
+    ("comm", 0.125),
+    ("selective_comm", 0.165),
+    ("full", 0.5),
+)
+# Per-layer activation GiB per micro-batch for the five options (comm saves more
+# than selective here, so no option is dominated).
+ACTIVATION_GIB = (0.30, 0.22, 0.19, 0.12, 0.03)
+
+
+def problem(cap_gib: float, solver: SolverChoice, time_limit_s: float) -> Problem:
+    """The benchmark instance (a 96-layer decoder-only model)."""
+    return Problem(
+        num_stages=16,
+        num_chunks=3,
+        num_micro_batches=16,
+        schedule=Schedule.INTERLEAVED,
+        min_layers_per_chunk=1,
+        options=tuple(RecomputeOption(n, c) for n, c in OPTIONS),
+        groups=(
+            LayerGroup(
+                "decoder", 96, 1.0 * MS, 2.0 * MS, 0.4 * GIB, tuple(a * GIB for a in ACTIVATION_GIB)
+            ),
+        ),
+        head=EndBlock(1.0 * MS, 2.0 * MS, 3.0 * GIB),
+        tail=EndBlock(2.0 * MS, 4.0 * MS, 3.0 * GIB),
+        constant_bytes=4.0 * GIB,
+        memory_cap_bytes=cap_gib * GIB,
+        solver=solver,
+        time_limit_s=time_limit_s,
+        relative_gap=1e-3,
+    )
+
+
+def main() -> None:
+    cbc_limit = 60.0
+    if "--cbc-limit" in sys.argv:
+        cbc_limit = float(sys.argv[sys.argv.index("--cbc-limit") + 1])
+    solvers = [(SolverChoice.HIGHS, 60.0)] if highs_available() else []
+    solvers.append((SolverChoice.CBC, cbc_limit))
+    print("96 layers, 16 stages x 3 chunks, 16 micro-batches, 5 recompute options")
+    print(
+        f"{'cap GiB':>8} {'solver':>7} {'time s':>8} {'gap':>9} {'status':>9} "
+        f"{'step ms':>9} {'even split ms':>14}"
+    )
+    for cap in (40.0, 32.0, 28.0):
+        for choice, limit in solvers:
+            p = problem(cap, choice, limit)
+            t0 = time.perf_counter()
+            r = balance(p)
+            elapsed = time.perf_counter() - t0
+            gap = "-" if r.solver.gap is None else f"{r.solver.gap * 100:.3f}%"
+            step = "-" if r.plan is None else f"{r.plan.step_time_s * 1e3:.2f}"
+            base = "-" if r.baseline is None else f"{r.baseline.step_time_s * 1e3:.2f}"
+            print(
+                f"{cap:>8.1f} {r.solver.solver:>7} {elapsed:>8.2f} {gap:>9} "
+                f"{r.solver.status:>9} {step:>9} {base:>14}"
+            )
+
+
+if __name__ == "__main__":
+    main()
