@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.common import guarded
+from autotune.cli.common import format_option, guarded
 
 
 @click.command()
@@ -18,14 +18,7 @@ from autotune.cli.common import guarded
     type=click.Path(dir_okay=False),
     help="Calibration JSON to write (atomically; nothing is written on bad input).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Report as tables and a plot, or print the JSON.",
-)
+@format_option(help="Report as tables and a plot, or print the JSON.")
 @click.option(
     "--axis",
     type=click.Choice(["row", "col", "both"]),

@@ -49,6 +49,18 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def format_option(help: str) -> Callable[[F], F]:
+    """The `--format table|json` option every command shares (as `fmt`)."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help=help,
+    )
+
+
 def bad_usage(message: str) -> None:
     """Exit 2 with a one-line usage error."""
     click.echo(f"meshtune: error: {message}", err=True)

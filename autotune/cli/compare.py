@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli.common import bad_usage, guarded
+from autotune.cli.common import bad_usage, format_option, guarded
 
 
 def _chip_counts(text: str) -> tuple[int, ...]:
@@ -53,14 +53,7 @@ def _chip_counts(text: str) -> tuple[int, ...]:
     help="Sequences per step for every chip count (strong scaling); "
     "default: chips / 2 (weak scaling, as in the paper).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Report as tables or as JSON (base units).",
-)
+@format_option(help="Report as tables or as JSON (base units).")
 @guarded
 def compare(
     model_file: str,

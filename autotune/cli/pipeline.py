@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli.common import guarded
+from autotune.cli.common import format_option, guarded
 
 
 @click.command()
 @click.argument("spec_file", type=click.Path(dir_okay=False))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Report on stdout as tables or as the meshtune.pipeline/1 JSON document.",
-)
+@format_option(help="Report on stdout as tables or as the meshtune.pipeline/1 JSON document.")
 @click.option(
     "--out",
     "out",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli.common import guarded
+from autotune.cli.common import format_option, guarded
 
 
 @click.command()
@@ -27,14 +27,7 @@ from autotune.cli.common import guarded
     default=None,
     help="Phase-1 policy (overrides the plan file's search.dataflow).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Report on stdout as a table or as the JSON sharding config.",
-)
+@format_option(help="Report on stdout as a table or as the JSON sharding config.")
 @click.option(
     "--out",
     "out",

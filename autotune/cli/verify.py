@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from autotune.cli.common import guarded
+from autotune.cli.common import format_option, guarded
 
 
 @click.command()
@@ -20,14 +20,7 @@ from autotune.cli.common import guarded
     help="numpy: emulated mesh with byte counting; jax: shard_map on a device mesh "
     "(CPU runs on virtual host devices).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Report as a table or as JSON (meshtune.verify/1).",
-)
+@format_option(help="Report as a table or as JSON (meshtune.verify/1).")
 @guarded
 def verify(plan_file: str, backend: str, fmt: str) -> None:
     """Run every GEMM of PLAN_FILE (from `meshtune plan --out`) forward and
