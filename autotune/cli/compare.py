@@ -70,12 +70,14 @@ def compare(
     """
     from autotune.compare import compare as run_compare
     from autotune.loading import load_plan_input
+    from autotune.render_progress import progress
 
     counts = _chip_counts(chips)
     if batch is not None and batch < 1:
         bad_usage(f"--batch: got {batch}; must be >= 1; fix: give sequences per step, e.g. 32")
     inp = load_plan_input(model_file, cluster, calibration)
-    result = run_compare(inp, counts, batch)
+    with progress(f"planning every algorithm at {len(counts)} chip counts"):
+        result = run_compare(inp, counts, batch)
     if fmt == "json":
         from autotune.compare_document import to_json
 

@@ -41,7 +41,10 @@ def pipeline(spec_file: str, fmt: str, out: str | None, timeline: str | None) ->
         raise InputError(
             "must name an .svg file", field="--timeline", value=timeline, fix="e.g. plan.svg"
         )
-    result = balance_file(spec_file)
+    from autotune.render_progress import progress
+
+    with progress(f"balancing {spec_file} (solving the stage-assignment ILP)"):
+        result = balance_file(spec_file)
     text = to_json(result, spec_file) if (fmt == "json" or out) else None
     if out:
         atomic_write_text(out, text)

@@ -30,20 +30,22 @@ def verify(plan_file: str, backend: str, fmt: str) -> None:
     Exit codes: 0 all match, 1 a mismatch, 2 bad input (e.g. an invalid
     slice count).
     """
+    from autotune.render_progress import progress
     from autotune.verify.plan_file import read_plan
     from autotune.verify.render import render_verify, to_json
     from autotune.verify.runner import verify_plan
 
     plan = read_plan(plan_file)
-    if backend == "jax":
-        from autotune.verify.jax_backend import verify_engine
+    with progress(f"running the GEMMs of {plan_file} on the {backend} backend"):
+        if backend == "jax":
+            from autotune.verify.jax_backend import verify_engine
 
-        engine, dtype = verify_engine(plan.mesh.num_rows * plan.mesh.num_cols)
-        result = verify_plan(plan, plan_file, "jax", engine, dtype)
-    else:
-        from autotune.verify.runner import numpy_engine
+            engine, dtype = verify_engine(plan.mesh.num_rows * plan.mesh.num_cols)
+            result = verify_plan(plan, plan_file, "jax", engine, dtype)
+        else:
+            from autotune.verify.runner import numpy_engine
 
-        result = verify_plan(plan, plan_file, "numpy", numpy_engine)
+            result = verify_plan(plan, plan_file, "numpy", numpy_engine)
     if fmt == "json":
         click.echo(to_json(result), nl=False)
     else:
