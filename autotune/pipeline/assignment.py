@@ -113,7 +113,12 @@ def even_layer_split(problem: Problem) -> list[list[int]]:
     embedding), cut in model order."""
     total, num = problem.num_layers, problem.num_virtual
     base, extra = divmod(total, num)
-    per_chunk = [base + (1 if c >= num - extra else 0) for c in range(num)]
+    return layers_in_order(problem, [base + (1 if c >= num - extra else 0) for c in range(num)])
+
+
+def layers_in_order(problem: Problem, per_chunk: list[int]) -> list[list[int]]:
+    """Layers per chunk and group when chunk c takes per_chunk[c] body layers,
+    cut in model order (kinds in their listed order)."""
     result = []
     remaining = [g.count for g in problem.groups]
     gi = 0

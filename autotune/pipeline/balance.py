@@ -18,6 +18,7 @@ import time
 from autotune.pipeline.assignment import (
     Assignment,
     even_layer_split,
+    layers_in_order,
     uniform_assignment,
 )
 from autotune.pipeline.result import (
@@ -54,6 +55,37 @@ def baselines(problem: Problem) -> list[tuple[str, Assignment]]:
                 (f"even split, recompute {opt.name}", uniform_assignment(problem, layers, o))
             )
     return out
+
+
+def _rounded_layers(problem: Problem, layers) -> list[list[int]] | None:
+    """Integer layers per chunk from the LP relaxation's fractional ones:
+    round the running total (so the sum is kept), cut in model order."""
+    per_chunk, done, running = [], 0, 0.0
+    for row in layers:
+        running += sum(row)
+        upto = min(round(running), problem.num_layers)
+        per_chunk.append(upto - done)
+        done = upto
+    per_chunk[-1] += problem.num_layers - done
+    if min(per_chunk) < problem.min_layers_per_chunk:
+        return None
+    return layers_in_order(problem, per_chunk)
+
+
+def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float):
+    """A good first incumbent: the LP relaxation's layer counts rounded,
+    then only the recomputation chosen by the MILP with those counts fixed
+    (a much smaller search). None when that plan does not exist."""
+    from autotune.pipeline.ilp import solve
+
+    relaxed = solve(problem, paths, time_limit_s=time_limit_s, solver=solver, relaxed=True)
+    if relaxed.layers is None:
+        return None
+    layers = _rounded_layers(problem, relaxed.layers)
+    if layers is None:
+        return None
+    out = solve(problem, paths, time_limit_s=time_limit_s, solver=solver, fixed_layers=layers)
+    return out.assignment
 
 
 def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibility:
@@ -98,6 +130,13 @@ def balance(problem: Problem) -> BalanceResult:
     baseline = min(fitting, key=lambda b: b.step_time_s) if fitting else None
 
     best: tuple[Assignment, Simulation] | None = None
+    if baseline is not None:
+        best = (baseline.assignment, simulate(problem, baseline.assignment))
+    start = _heuristic_start(problem, paths, solver, problem.time_limit_s / 4)
+    if start is not None:
+        sim = simulate(problem, start)
+        if _fits(problem, sim) and (best is None or sim.makespan_s < best[1].makespan_s):
+            best = (start, sim)
     lower_bound = 0.0
     rounds = 0
     last = None
@@ -106,7 +145,13 @@ def balance(problem: Problem) -> BalanceResult:
         if remaining <= 0.05:
             break
         rounds += 1
-        last = solve(problem, paths, time_limit_s=remaining, solver=solver)
+        last = solve(
+            problem,
+            paths,
+            time_limit_s=remaining,
+            solver=solver,
+            start=best[0] if best is not None else None,
+        )
         if last.status == "infeasible":
             break
         if last.assignment is None:

@@ -25,9 +25,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import numpy
 import pulp
 
 from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.bounds import stage_floors
 from autotune.pipeline.schedule import stage_orders
 from autotune.pipeline.spec import Problem, Schedule, SolverChoice
 
@@ -53,6 +55,7 @@ class IlpOutcome:
     bound: float | None
     solve_time_s: float
     overshoot_bytes: float | None = None
+    layers: tuple[tuple[float, ...], ...] | None = None  # [chunk][group], relaxed solves
 
 
 def highs_available() -> bool:
@@ -69,17 +72,43 @@ def solver_name(choice: SolverChoice) -> str:
     return "cbc"
 
 
-def _make_solver(name: str, time_limit_s: float, gap: float, log_path: str | None):
+class _HighsWithStart(pulp.HiGHS):
+    """PuLP's HiGHS driver, handing HiGHS the variables' initial values
+    (those set) as a MIP start; HiGHS completes and checks it."""
+
+    def callSolver(self, lp):  # PuLP's hook, run after the model is built
+        given = [v for v in lp.variables() if v.varValue is not None]
+        if given:
+            lp.solverModel.setSolution(
+                len(given),
+                numpy.array([v.index for v in given], dtype=numpy.int32),
+                numpy.array([float(v.varValue) for v in given]),
+            )
+        super().callSolver(lp)
+
+
+def _make_solver(
+    name: str, time_limit_s: float, gap: float, log_path: str | None, warm: bool = False
+):
     if name == "highs":
-        return pulp.HiGHS(
-            msg=False,
-            timeLimit=time_limit_s,
-            gapRel=gap,
-            threads=1,
-        )
+        make = _HighsWithStart if warm else pulp.HiGHS
+        return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1)
     return pulp.PULP_CBC_CMD(
-        msg=False, timeLimit=max(1, round(time_limit_s)), gapRel=gap, logPath=log_path
+        msg=False,
+        timeLimit=max(1, round(time_limit_s)),
+        gapRel=gap,
+        logPath=log_path,
+        warmStart=warm,
     )
+
+
+def _set_start(problem: Problem, start: Assignment, n: dict, xv: dict) -> None:
+    """Initial values of the layer and recomputation counts (the solver
+    derives the rest)."""
+    for (g, c, o), var in n.items():
+        var.setInitialValue(start.counts[c][g][o])
+    for (g, c), var in xv.items():
+        var.setInitialValue(start.group_layers(c, g))
 
 
 def _cbc_bound(log_path: str) -> float | None:
@@ -150,6 +179,30 @@ def _add_schedule(problem: Problem, prob, step, fwd: list, bwd: list) -> None:
         prob += step >= end[prev], f"last_s{s}"
 
 
+def _add_stage_floors(problem: Problem, prob, n: dict, xv: dict, t_ref: float) -> None:
+    """Valid cuts from bounds.py: per stage, recomputation seconds
+    `R_s >= slope X_s + intercept` and layers `X_s <= t_max` (skipped by the
+    overshoot diagnosis, whose plans may break the cap)."""
+    pp, groups, options = problem.num_stages, problem.groups, problem.options
+    for floor in stage_floors(problem):
+        s = floor.stage
+        layers = pulp.lpSum(v for (g, c), v in xv.items() if c % pp == s)
+        if floor.max_layers < problem.num_layers:
+            prob += layers <= floor.max_layers, f"stage_layers_max_s{s}"
+        if not floor.cuts:
+            continue
+        recompute = pulp.lpSum(
+            groups[g].backward_s * options[o].backward_time_coef / t_ref * v
+            for (g, c, o), v in n.items()
+            if c % pp == s and options[o].backward_time_coef > 0
+        )
+        for i, (slope, intercept) in enumerate(floor.cuts):
+            prob += (
+                recompute >= slope / t_ref * layers + intercept / t_ref,
+                f"recompute_floor_s{s}_{i}",
+            )
+
+
 def solve(
     problem: Problem,
     paths: list[Path],
@@ -159,31 +212,34 @@ def solve(
     fixed_layers: list[list[int]] | None = None,
     minimise_overshoot: bool = False,
     exact_schedule: bool = True,
+    relaxed: bool = False,
+    start: Assignment | None = None,
 ) -> IlpOutcome:
     """Build and solve the MILP. Times are scaled to the largest layer
     forward and memory to GiB so the coefficients stay near 1.
 
     `fixed_layers[c][g]` pins layer counts (only recomputation is chosen);
     `minimise_overshoot` drops the time objective and minimises the largest
-    memory excess over the cap (the infeasibility diagnosis)."""
+    memory excess over the cap (the infeasibility diagnosis); `relaxed`
+    solves the LP relaxation and reports its layer counts in `layers`;
+    `start` is a plan handed to the solver as its first incumbent."""
     t_ref = max(g.forward_s for g in problem.groups)
     num, pp = problem.num_virtual, problem.num_stages
     groups, options = problem.groups, problem.options
     prob = pulp.LpProblem("pipeline_balance", pulp.LpMinimize)
+    integer = pulp.LpContinuous if relaxed else pulp.LpInteger
 
     n: dict[tuple[int, int, int], pulp.LpVariable] = {}
     for c in range(num):
         for g, grp in enumerate(groups):
             for o, opt in enumerate(options):
                 if grp.activation_bytes[o] is not None and not _dominated(problem, g, o):
-                    n[g, c, o] = _var(
-                        prob, f"n_g{g}_c{c}_{opt.name}", 0, grp.count, cat=pulp.LpInteger
-                    )
+                    n[g, c, o] = _var(prob, f"n_g{g}_c{c}_{opt.name}", 0, grp.count, cat=integer)
 
     # Explicit layer counts: branching on them first settles the cut points,
     # after which the recomputation counts are small knapsacks.
     xv = {
-        (g, c): _var(prob, f"x_g{g}_c{c}", 0, grp.count, cat=pulp.LpInteger)
+        (g, c): _var(prob, f"x_g{g}_c{c}", 0, grp.count, cat=integer)
         for g, grp in enumerate(groups)
         for c in range(num)
     }
@@ -209,7 +265,9 @@ def solve(
     # Model order: group g+1 may start in chunk c only once group g is done.
     for g in range(len(groups) - 1):
         for c in range(num - 1):
-            done = _var(prob, f"done_g{g}_c{c}", 0, 1, cat=pulp.LpBinary)
+            done = _var(
+                prob, f"done_g{g}_c{c}", 0, 1, cat=pulp.LpContinuous if relaxed else pulp.LpBinary
+            )
             prob += (
                 pulp.lpSum(x(g, k) for k in range(c + 1)) >= groups[g].count * done,
                 f"order_done_g{g}_c{c}",
@@ -239,6 +297,9 @@ def solve(
             )
             + b_const / t_ref
         )
+
+    if not minimise_overshoot:
+        _add_stage_floors(problem, prob, n, xv, t_ref)
 
     over = _var(prob, "overshoot_gib", 0) if minimise_overshoot else None
     cap = problem.memory_cap_bytes / GIB
@@ -293,7 +354,11 @@ def solve(
         os.close(fd)
     t0 = time.perf_counter()
     try:
-        prob.solve(_make_solver(solver, time_limit_s, problem.relative_gap, log_path))
+        if start is not None:
+            _set_start(problem, start, n, xv)
+        prob.solve(
+            _make_solver(solver, time_limit_s, problem.relative_gap, log_path, start is not None)
+        )
         elapsed = time.perf_counter() - t0
         bound = None
         if solver == "highs":
@@ -310,6 +375,12 @@ def solve(
         return IlpOutcome("infeasible", solver, None, None, None, elapsed)
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return IlpOutcome("no_solution", solver, None, None, None, elapsed)
+    if relaxed:
+        layers = tuple(
+            tuple(xv[g, c].varValue or 0.0 for g in range(len(groups))) for c in range(num)
+        )
+        value = (pulp.value(prob.objective) or 0.0) * t_ref
+        return IlpOutcome("optimal", solver, None, value, value, elapsed, layers=layers)
     counts = tuple(
         tuple(
             tuple(
