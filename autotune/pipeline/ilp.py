@@ -10,11 +10,15 @@ group g is fully placed by the end of chunk c; `step` the step time.
                                                               alive vector a
                sum_{c,o} n_gco = count_g;  sum_{g,o} n_gco >= min_layers
                Q_gc >= count_g done_gc;  Q_{g+1,c} <= count_{g+1} done_gc
+               R_s >= slope X_s + intercept;  X_s <= t_max_s   (bounds.py)
 
 with F_c, B_c, act, static linear in n (assignment.py), Q_gc the layers of
 group g in chunks <= c, and the paths taken from the schedule's dependency
 graph (balance.py adds the simulator's critical paths until the bound is
-tight, so `step` converges to the simulated makespan).
+tight, so `step` converges to the simulated makespan). R_s, X_s are a
+stage's recomputation seconds and layers; those cuts are valid for every plan
+that fits, so they only tighten the relaxation. A plan passed as `start` is
+the solver's first incumbent.
 """
 
 from __future__ import annotations
