@@ -30,6 +30,7 @@ any plan can fit on the stage.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
 
 from autotune.pipeline.assignment import alive_vectors
@@ -114,8 +115,12 @@ def _lower_envelope(points: list[tuple[int, float]]) -> list[tuple[float, float]
     return lines
 
 
-def stage_floors(problem: Problem) -> list[StageFloor]:
-    """Per stage: the recomputation floor cuts and the most layers that fit."""
+@lru_cache(maxsize=8)
+def stage_floors(problem: Problem) -> tuple[StageFloor, ...]:
+    """Per stage: the recomputation floor cuts and the most layers that fit.
+
+    Cached per problem (frozen, hashable): the balancer solves the same
+    problem several times (relaxation, start, main solve, diagnosis)."""
     pp, num = problem.num_stages, problem.num_virtual
     out = []
     for s, vectors in enumerate(alive_vectors(problem)):
@@ -146,4 +151,4 @@ def stage_floors(problem: Problem) -> list[StageFloor]:
             continue
         cuts = _lower_envelope([(t, phi[t]) for t in feasible])
         out.append(StageFloor(s, t_max, tuple(cuts)))
-    return out
+    return tuple(out)

@@ -91,12 +91,32 @@ class _HighsWithStart(pulp.HiGHS):
         super().callSolver(lp)
 
 
+# HiGHS options for a solve that starts from a good incumbent: its primal
+# heuristics (RINS, RENS, feasibility jump, root reduced-cost fixing) then
+# mostly re-find plans no better than the start, and on the benchmark instance
+# spent about 11 of 17 s doing so; cut separation at tree nodes costs more
+# than it tightens here. The search itself (branching on the root LP with the
+# floor cuts) is what proves optimality. Measured by
+# benchmarks/pipeline_speed.py; see docs/pipeline.md.
+_HIGHS_WARM_OPTIONS = {
+    "mip_heuristic_effort": 0.0,
+    "mip_heuristic_run_rins": False,
+    "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_root_reduced_cost": False,
+    "mip_heuristic_run_feasibility_jump": False,
+    "mip_allow_cut_separation_at_nodes": False,
+}
+
+
 def _make_solver(
     name: str, time_limit_s: float, gap: float, log_path: str | None, warm: bool = False
 ):
     if name == "highs":
-        make = _HighsWithStart if warm else pulp.HiGHS
-        return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1)
+        if warm:
+            return _HighsWithStart(
+                msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **_HIGHS_WARM_OPTIONS
+            )
+        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1)
     return pulp.PULP_CBC_CMD(
         msg=False,
         timeLimit=max(1, round(time_limit_s)),
