@@ -24,6 +24,22 @@ _COLLECTIVE_ONLY = ("op", "axis", "ring_size", "shard_bytes")
 _GEMM_ONLY = ("m", "n", "k")
 
 
+def _require_empty(
+    row: dict[str, str], names: tuple[str, ...], kind: str, path: str, line: int
+) -> None:
+    """Reject a value in a column that belongs to the other row kind."""
+    for name in names:
+        if row[name]:
+            raise InputError(
+                f"must be empty in a {kind} row",
+                file=path,
+                line=line,
+                field=name,
+                value=row[name],
+                fix=f"leave {', '.join(names)} empty",
+            )
+
+
 def looks_like_csv(text: str) -> bool:
     """Whether the first non-comment line is meshtune's CSV header."""
     for raw in text.splitlines():
@@ -142,16 +158,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
             )
         kind = row["kind"].lower()
         if kind == "collective":
-            for name in _GEMM_ONLY:
-                if row[name]:
-                    raise InputError(
-                        "must be empty in a collective row",
-                        file=path,
-                        line=line,
-                        field=name,
-                        value=row[name],
-                        fix="leave m, n, k empty",
-                    )
+            _require_empty(row, _GEMM_ONLY, "collective", path, line)
             if row["op"] not in OPS:
                 raise InputError(
                     "is not a known operation",
@@ -203,16 +210,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                 )
             )
         elif kind == "gemm":
-            for name in _COLLECTIVE_ONLY:
-                if row[name]:
-                    raise InputError(
-                        "must be empty in a gemm row",
-                        file=path,
-                        line=line,
-                        field=name,
-                        value=row[name],
-                        fix="leave op, axis, ring_size, shard_bytes empty",
-                    )
+            _require_empty(row, _COLLECTIVE_ONLY, "gemm", path, line)
             if not dtype:
                 raise InputError(
                     "is required in a gemm row",

@@ -172,28 +172,21 @@ def balance(problem: Problem) -> BalanceResult:
 
     elapsed = time.perf_counter() - t0
     if best is None:
+        why = None
         if last is not None and last.status == "infeasible":
-            infeasible = _diagnose(problem, solver, max(problem.time_limit_s, 10.0))
+            status, why = "infeasible", _diagnose(problem, solver, max(problem.time_limit_s, 10.0))
+        elif baseline is None:
+            status = "time_limit"
+            why = Infeasibility(None, None, "the solver found no plan within the time limit")
+        if why is not None:
             return BalanceResult(
                 problem=problem,
                 plan=None,
                 predicted_step_s=None,
                 baseline=baseline,
                 baselines=tuple(base_evals),
-                solver=SolverReport(solver, "infeasible", elapsed, None, None, rounds, len(paths)),
-                infeasible=infeasible,
-            )
-        if baseline is None:
-            return BalanceResult(
-                problem=problem,
-                plan=None,
-                predicted_step_s=None,
-                baseline=None,
-                baselines=tuple(base_evals),
-                solver=SolverReport(solver, "time_limit", elapsed, None, None, rounds, len(paths)),
-                infeasible=Infeasibility(
-                    None, None, "the solver found no plan within the time limit"
-                ),
+                solver=SolverReport(solver, status, elapsed, None, None, rounds, len(paths)),
+                infeasible=why,
             )
 
     plan_eval = evaluate(problem, best[0], best[1], "balanced") if best is not None else None
