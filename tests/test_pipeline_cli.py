@@ -77,15 +77,35 @@ def test_seed_format_reports_decomposition(docs):
     assert len(dec["residuals"]) == 10
 
 
+def _solver_independent(doc: dict) -> dict:
+    """The document without what may differ between equally fast optimal
+    plans (the solver may return any of them; which one depends on its
+    version): the plan keeps its step time, its fields and its stage fields."""
+    out = dict(doc)
+    out.pop("tool_version", None)
+    out["solver"] = {k: v for k, v in doc["solver"].items() if k == "name"}
+    plan = doc["plan"]
+    out["plan"] = {
+        "keys": list(plan),
+        "step_time_s": plan["step_time_s"],
+        "fits": plan["fits"],
+        "stage_keys": [list(st) for st in plan["stages"]],
+    }
+    return out
+
+
 def test_llama_golden_json(docs):
+    """Golden JSON: everything fixed by the problem (inputs, baseline,
+    predicted step time, the optimal step time) is pinned; the full plan
+    document is stored too, for reading."""
     doc = dict(docs["examples/pipeline-llama-pp8.yaml"])
+    doc.pop("tool_version")
+    doc["solver"] = {k: v for k, v in doc["solver"].items() if k == "name"}
     path = GOLDEN / "pipeline_llama_pp8.json"
-    for d in (doc,):
-        d.pop("tool_version")
-        d["solver"] = {k: v for k, v in d["solver"].items() if k in ("name",)}
     if UPDATE:
         path.write_text(json.dumps(doc, indent=2) + "\n")
-    assert_json_close(doc, json.loads(path.read_text()), rel=1e-6)
+    golden = json.loads(path.read_text())
+    assert_json_close(_solver_independent(doc), _solver_independent(golden), rel=1e-6)
 
 
 def test_table_timeline_and_out(repo_root, tmp_path):
