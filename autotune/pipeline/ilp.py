@@ -97,7 +97,7 @@ class _HighsWithStart(pulp.HiGHS):
 # spent about 11 of 17 s doing so; cut separation at tree nodes costs more
 # than it tightens here. The search itself (branching on the root LP with the
 # floor cuts) is what proves optimality. Measured by
-# benchmarks/pipeline_speed.py; see docs/pipeline.md.
+# benchmarks/pipeline_speed.py; see docs/pipeline.md. (Options of HiGHS >= 1.13.)
 _HIGHS_WARM_OPTIONS = {
     "mip_heuristic_effort": 0.0,
     "mip_heuristic_run_rins": False,
