@@ -82,8 +82,6 @@ def _solver_independent(doc: dict) -> dict:
     plans (the solver may return any of them; which one depends on its
     version): the plan keeps its step time, its fields and its stage fields."""
     out = dict(doc)
-    out.pop("tool_version", None)
-    out["solver"] = {k: v for k, v in doc["solver"].items() if k == "name"}
     plan = doc["plan"]
     out["plan"] = {
         "keys": list(plan),

@@ -112,11 +112,8 @@ def _make_solver(
     name: str, time_limit_s: float, gap: float, log_path: str | None, warm: bool = False
 ):
     if name == "highs":
-        if warm:
-            return _HighsWithStart(
-                msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **_HIGHS_WARM_OPTIONS
-            )
-        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1)
+        make, options = (_HighsWithStart, _HIGHS_WARM_OPTIONS) if warm else (pulp.HiGHS, {})
+        return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **options)
     return pulp.PULP_CBC_CMD(
         msg=False,
         timeLimit=max(1, round(time_limit_s)),
