@@ -108,12 +108,24 @@ _HIGHS_WARM_OPTIONS = {
 }
 
 
+# HiGHS's parallel tree search on two threads (deterministic: the same plan,
+# bound and gap on every run); on the 2-core reference machine it took the
+# benchmark's 28 GiB case from about 9.6 to 8.8 s (benchmarks/pipeline_speed.py).
+# More threads were not measured, so two is the most it gets.
+_HIGHS_THREADS = min(os.cpu_count() or 1, 2)
+_HIGHS_THREAD_OPTIONS = (
+    {"threads": _HIGHS_THREADS, "parallel": "on"} if _HIGHS_THREADS > 1 else {"threads": 1}
+)
+
+
 def _make_solver(
     name: str, time_limit_s: float, gap: float, log_path: str | None, warm: bool = False
 ):
     if name == "highs":
         make, options = (_HighsWithStart, _HIGHS_WARM_OPTIONS) if warm else (pulp.HiGHS, {})
-        return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **options)
+        return make(
+            msg=False, timeLimit=time_limit_s, gapRel=gap, **_HIGHS_THREAD_OPTIONS, **options
+        )
     return pulp.PULP_CBC_CMD(
         msg=False,
         timeLimit=max(1, round(time_limit_s)),
@@ -257,10 +269,12 @@ def solve(
                 if grp.activation_bytes[o] is not None and not _dominated(problem, g, o):
                     n[g, c, o] = _var(prob, f"n_g{g}_c{c}_{opt.name}", 0, grp.count, cat=integer)
 
-    # Explicit layer counts: branching on them first settles the cut points,
-    # after which the recomputation counts are small knapsacks.
+    # Explicit layer counts. Continuous on purpose: each is the sum of integer
+    # counts n, so it is integral in every solution, and HiGHS's presolve marks
+    # it implied-integer; declared integer instead, the benchmark proof took
+    # about 10 s instead of 7 (benchmarks/pipeline_speed.py, docs/pipeline.md).
     xv = {
-        (g, c): _var(prob, f"x_g{g}_c{c}", 0, grp.count, cat=integer)
+        (g, c): _var(prob, f"x_g{g}_c{c}", 0, grp.count)
         for g, grp in enumerate(groups)
         for c in range(num)
     }
