@@ -108,24 +108,12 @@ _HIGHS_WARM_OPTIONS = {
 }
 
 
-# HiGHS's parallel tree search on two threads (deterministic: the same plan,
-# bound and gap on every run); on the 2-core reference machine it took the
-# benchmark's 28 GiB case from about 9.6 to 8.8 s (benchmarks/pipeline_speed.py).
-# More threads were not measured, so two is the most it gets.
-_HIGHS_THREADS = min(os.cpu_count() or 1, 2)
-_HIGHS_THREAD_OPTIONS = (
-    {"threads": _HIGHS_THREADS, "parallel": "on"} if _HIGHS_THREADS > 1 else {"threads": 1}
-)
-
-
 def _make_solver(
     name: str, time_limit_s: float, gap: float, log_path: str | None, warm: bool = False
 ):
     if name == "highs":
         make, options = (_HighsWithStart, _HIGHS_WARM_OPTIONS) if warm else (pulp.HiGHS, {})
-        return make(
-            msg=False, timeLimit=time_limit_s, gapRel=gap, **_HIGHS_THREAD_OPTIONS, **options
-        )
+        return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **options)
     return pulp.PULP_CBC_CMD(
         msg=False,
         timeLimit=max(1, round(time_limit_s)),
