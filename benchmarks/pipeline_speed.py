@@ -66,7 +66,14 @@ def problem(cap_gib: float, solver: SolverChoice, time_limit_s: float) -> Proble
 
 
 def _flag(name: str, default: float) -> float:
-    return float(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+    """The number after `name` on the command line, or `default`."""
+    if name not in sys.argv:
+        return default
+    at = sys.argv.index(name) + 1
+    try:
+        return float(sys.argv[at])
+    except (IndexError, ValueError):
+        sys.exit(f"pipeline_speed.py: {name} needs a number, e.g. {name} {default:g}")
 
 
 def main() -> None:
