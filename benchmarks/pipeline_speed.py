@@ -12,8 +12,8 @@ solve vary by 20% or more (the plan, bound and gap do not vary).
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 import time
 
 from autotune.pipeline.balance import balance
@@ -65,22 +65,14 @@ def problem(cap_gib: float, solver: SolverChoice, time_limit_s: float) -> Proble
     )
 
 
-def _flag(name: str, default: float) -> float:
-    """The number after `name` on the command line, or `default`."""
-    if name not in sys.argv:
-        return default
-    at = sys.argv.index(name) + 1
-    try:
-        return float(sys.argv[at])
-    except (IndexError, ValueError):
-        sys.exit(f"pipeline_speed.py: {name} needs a number, e.g. {name} {default:g}")
-
-
 def main() -> None:
-    cbc_limit = _flag("--cbc-limit", 60.0)
-    repeat = max(1, int(_flag("--repeat", 1)))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cbc-limit", type=float, default=60.0, help="CBC time limit, s")
+    parser.add_argument("--repeat", type=int, default=1, help="HiGHS runs per case (median)")
+    args = parser.parse_args()
+    repeat = max(1, args.repeat)
     solvers = [(SolverChoice.HIGHS, 60.0, repeat)] if highs_available() else []
-    solvers.append((SolverChoice.CBC, cbc_limit, 1))
+    solvers.append((SolverChoice.CBC, args.cbc_limit, 1))
     print("96 layers, 16 stages x 3 chunks, 16 micro-batches, 5 recompute options")
     print(
         f"{'cap GiB':>8} {'solver':>7} {'time s':>8} {'gap':>9} {'status':>9} "

@@ -1,7 +1,8 @@
 """The stage-balancing MILP (the only module that imports pulp).
 
 Variables (all named): `n_g{g}_c{c}_{option}` integer, the layers of group g
-in model chunk c that use a recomputation option; `done_g{g}_c{c}` binary,
+in model chunk c that use a recomputation option; `x_g{g}_c{c}` continuous,
+their sum over options (integral because the n are); `done_g{g}_c{c}` binary,
 group g is fully placed by the end of chunk c; `step` the step time.
 
     minimise   step
