@@ -73,10 +73,14 @@ def _rounded_layers(problem: Problem, layers) -> list[list[int]] | None:
 
 
 def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float):
-    """A good first incumbent: the LP relaxation's layer counts rounded,
-    then only the recomputation chosen by the MILP with those counts fixed
-    (a much smaller search). None when that plan does not exist."""
+    """A good first incumbent: the LP relaxation's layer counts rounded, then
+    the recomputation chosen for those counts by the local search
+    (search.py). With HiGHS that plan only sets the main solve's cutoff, so
+    the search's plan is returned as it is; otherwise (CBC, or when the
+    search finds nothing) the MILP with the layer counts fixed improves it.
+    None when no plan with those counts exists."""
     from autotune.pipeline.ilp import solve
+    from autotune.pipeline.search import local_search
 
     relaxed = solve(problem, paths, time_limit_s=time_limit_s, solver=solver, relaxed=True)
     if relaxed.layers is None:
@@ -84,8 +88,14 @@ def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float):
     layers = _rounded_layers(problem, relaxed.layers)
     if layers is None:
         return None
-    out = solve(problem, paths, time_limit_s=time_limit_s, solver=solver, fixed_layers=layers)
-    return out.assignment
+    found = local_search(problem, layers)
+    if found is not None and solver == "highs":
+        return found
+    out = solve(
+        problem, paths, time_limit_s=time_limit_s, solver=solver, fixed_layers=layers, start=found
+    )
+    plans = [a for a in (found, out.assignment) if a is not None]
+    return min(plans, key=lambda a: simulate(problem, a).makespan_s) if plans else None
 
 
 def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibility:
@@ -145,14 +155,24 @@ def balance(problem: Problem) -> BalanceResult:
         if remaining <= 0.05:
             break
         rounds += 1
+        # With HiGHS and a plan in hand, the plan sets a cutoff (the search
+        # then only has to show that nothing is more than the relative gap
+        # faster) and bounds the layers a stage can hold, which keeps the
+        # per-stage split rows small (ilp.py, splits.py).
+        known = best[1].makespan_s if best is not None and solver == "highs" else None
+        cutoff = known * (1 - problem.relative_gap) if known else None
         last = solve(
             problem,
             paths,
             time_limit_s=remaining,
             solver=solver,
-            start=best[0] if best is not None else None,
+            start=best[0] if best is not None and known is None else None,
+            split_step_limit_s=cutoff,
+            cutoff_s=cutoff,
         )
-        if last.status == "infeasible":
+        if last.bound is not None:
+            lower_bound = max(lower_bound, last.bound)
+        if last.status in ("infeasible", "cutoff"):
             break
         if last.assignment is None:
             break

@@ -53,7 +53,7 @@ class Path:
 class IlpOutcome:
     """One MILP solve: status, the assignment found, objective and bound."""
 
-    status: str  # optimal | feasible | infeasible | no_solution
+    status: str  # optimal | feasible | infeasible | no_solution | cutoff (none below it)
     solver: str
     assignment: Assignment | None
     objective: float | None
@@ -110,10 +110,19 @@ _HIGHS_WARM_OPTIONS = {
 
 
 def _make_solver(
-    name: str, time_limit_s: float, gap: float, log_path: str | None, warm: bool = False
+    name: str,
+    time_limit_s: float,
+    gap: float,
+    log_path: str | None,
+    warm: bool = False,
+    cutoff: float | None = None,
 ):
     if name == "highs":
         make, options = (_HighsWithStart, _HIGHS_WARM_OPTIONS) if warm else (pulp.HiGHS, {})
+        if cutoff is not None:
+            # Prune every node whose bound reaches the cutoff; the plan that
+            # set it is known, so the solver's own plan search is not needed.
+            make, options = pulp.HiGHS, {**_HIGHS_WARM_OPTIONS, "objective_bound": cutoff}
         return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **options)
     return pulp.PULP_CBC_CMD(
         msg=False,
@@ -124,13 +133,17 @@ def _make_solver(
     )
 
 
-def _set_start(problem: Problem, start: Assignment, n: dict, xv: dict) -> None:
-    """Initial values of the layer and recomputation counts (the solver
-    derives the rest)."""
+def _set_start(problem: Problem, start: Assignment, n: dict, xv: dict, ys: dict) -> None:
+    """Initial values of the layer and recomputation counts and of the split
+    binaries (the solver derives the rest)."""
     for (g, c, o), var in n.items():
         var.setInitialValue(start.counts[c][g][o])
     for (g, c), var in xv.items():
         var.setInitialValue(start.group_layers(c, g))
+    pp, num = problem.num_stages, problem.num_virtual
+    for (s, split), var in ys.items():
+        mine = tuple(start.layers_in_chunk(c) for c in range(s, num, pp))
+        var.setInitialValue(1 if mine == split else 0)
 
 
 def _cbc_bound(log_path: str) -> float | None:
@@ -225,6 +238,50 @@ def _add_stage_floors(problem: Problem, prob, n: dict, xv: dict, t_ref: float) -
             )
 
 
+def _add_split_rows(
+    problem: Problem, prob, n: dict, xv: dict, t_ref: float, step_limit_s: float, relaxed: bool
+) -> dict[tuple[int, tuple[int, ...]], pulp.LpVariable]:
+    """Per-stage split binaries and their weighted recomputation floors
+    (splits.py): `y_s{s}_{split}` picks the stage's layers per local chunk."""
+    from autotune.pipeline.splits import stage_splits
+
+    made: dict[tuple[int, tuple[int, ...]], pulp.LpVariable] = {}
+
+    pp, groups, options = problem.num_stages, problem.groups, problem.options
+    cat = pulp.LpContinuous if relaxed else pulp.LpBinary
+    for st in stage_splits(problem, step_limit_s):
+        s = st.stage
+        chunks = list(range(s, problem.num_virtual, pp))
+        ys = [
+            _var(prob, f"y_s{s}_" + "_".join(map(str, split)), 0, 1, cat=cat) for split in st.splits
+        ]
+        made.update(((s, split), y) for split, y in zip(st.splits, ys, strict=True))
+        prob += pulp.lpSum(ys) == 1, f"split_one_s{s}"
+        for k, c in enumerate(chunks):
+            prob += (
+                pulp.lpSum(v for (g, cc), v in xv.items() if cc == c)
+                == pulp.lpSum(split[k] * y for split, y in zip(st.splits, ys, strict=True)),
+                f"split_layers_s{s}_k{k}",
+            )
+        recompute = [
+            pulp.lpSum(
+                groups[g].backward_s * options[o].backward_time_coef / t_ref * v
+                for (g, cc, o), v in n.items()
+                if cc == c and options[o].backward_time_coef > 0
+            )
+            for c in chunks
+        ]
+        for j, weight in enumerate(st.weights):
+            prob += (
+                pulp.lpSum(w * r for w, r in zip(weight, recompute, strict=True) if w)
+                >= pulp.lpSum(
+                    phi[j] / t_ref * y for phi, y in zip(st.phi_s, ys, strict=True) if phi[j] > 0
+                ),
+                f"split_floor_s{s}_w{j}",
+            )
+    return made
+
+
 def solve(
     problem: Problem,
     paths: list[Path],
@@ -236,6 +293,8 @@ def solve(
     exact_schedule: bool = True,
     relaxed: bool = False,
     start: Assignment | None = None,
+    split_step_limit_s: float | None = None,
+    cutoff_s: float | None = None,
 ) -> IlpOutcome:
     """Build and solve the MILP. Times are scaled to the largest layer
     forward and memory to GiB so the coefficients stay near 1.
@@ -322,8 +381,11 @@ def solve(
             + b_const / t_ref
         )
 
+    ys: dict = {}
     if not minimise_overshoot:
         _add_stage_floors(problem, prob, n, xv, t_ref)
+        if split_step_limit_s is not None:
+            ys = _add_split_rows(problem, prob, n, xv, t_ref, split_step_limit_s, relaxed)
 
     over = _var(prob, "overshoot_gib", 0) if minimise_overshoot else None
     cap = problem.memory_cap_bytes / GIB
@@ -379,9 +441,17 @@ def solve(
     t0 = time.perf_counter()
     try:
         if start is not None:
-            _set_start(problem, start, n, xv)
+            _set_start(problem, start, n, xv, ys)
+        use_cutoff = cutoff_s is not None and solver == "highs"
         prob.solve(
-            _make_solver(solver, time_limit_s, problem.relative_gap, log_path, start is not None)
+            _make_solver(
+                solver,
+                time_limit_s,
+                problem.relative_gap,
+                log_path,
+                start is not None,
+                cutoff_s / t_ref if use_cutoff else None,
+            )
         )
         elapsed = time.perf_counter() - t0
         bound = None
@@ -395,10 +465,19 @@ def solve(
             os.unlink(log_path)
 
     status = pulp.LpStatus[prob.status]
+    if status == "Infeasible" and use_cutoff:
+        # Every node below the cutoff was searched and none holds a plan:
+        # no plan is faster than the cutoff.
+        return IlpOutcome("cutoff", solver, None, None, cutoff_s, elapsed)
     if status == "Infeasible":
         return IlpOutcome("infeasible", solver, None, None, None, elapsed)
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        return IlpOutcome("no_solution", solver, None, None, None, elapsed)
+        # Stopped (time limit) before a plan: with a cutoff, every plan is at
+        # least min(cutoff, the search's bound), a valid lower bound.
+        proven = None
+        if use_cutoff and bound is not None and bound == bound and abs(bound) != float("inf"):
+            proven = min(bound * t_ref, cutoff_s)
+        return IlpOutcome("no_solution", solver, None, None, proven, elapsed)
     if relaxed:
         layers = tuple(
             tuple(xv[g, c].varValue or 0.0 for g in range(len(groups))) for c in range(num)

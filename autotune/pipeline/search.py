@@ -1,0 +1,263 @@
+"""A fast upper bound: local search over recomputation with the layer counts
+fixed.
+
+Why: the MILP proves a bound fastest when it is given a cutoff close to the
+optimum (ilp.py, `cutoff_s`), and the plan that supplies it must come in well
+under a second, before the MILP that finds the optimum has finished.
+
+With every chunk's layers per kind fixed, a stage's choice is one vector of
+recomputation seconds per local chunk; the step time is non-decreasing in
+each, so only Pareto-minimal vectors that fit the stage's memory matter.
+The search starts every stage on its least total recomputation and then,
+stage by stage, switches to whichever of the stage's vectors gives the
+shortest step with the others held, until a whole sweep changes nothing.
+All of a stage's candidates are scored at once by one longest-path pass over
+the schedule graph, vectorised over the candidates (`makespans_s`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy
+
+from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.schedule import stage_orders
+from autotune.pipeline.spec import Problem, Schedule
+
+# Candidate vectors scored per stage and move (the ones with the least total
+# recomputation are kept; a heuristic, so any subset is sound).
+MAX_CANDIDATES = 768
+MAX_SWEEPS = 12
+TIE_WEIGHT = 1e-6
+PHASES = 4
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The schedule's dependency graph in level order: op i takes duration
+    column `kind[i]` (c for F_c, num + c for B_c) and waits for `pred1[i]`,
+    `pred2[i]` (index `num_ops` means none)."""
+
+    levels: tuple[numpy.ndarray, ...]
+    pred1: numpy.ndarray
+    pred2: numpy.ndarray
+    kind: numpy.ndarray
+    num_ops: int
+    last_ops: numpy.ndarray
+
+
+@lru_cache(maxsize=16)
+def schedule_graph(
+    num_stages: int, num_chunks: int, num_micro_batches: int, interleaved: bool
+) -> Graph:
+    """The simulator's rules as arrays: an op waits for its stage
+    predecessor and its input (forward of the previous chunk, backward of the
+    next chunk, or the forward of the last chunk)."""
+    pp, num = num_stages, num_stages * num_chunks
+    orders = stage_orders(pp, num_chunks, num_micro_batches, interleaved)
+    index: dict[tuple[bool, int, int], int] = {}
+    for s, order in enumerate(orders):
+        for forward, local, j in order:
+            index[forward, local * pp + s, j] = len(index)
+    total = len(index)
+    pred1 = numpy.full(total, total)
+    pred2 = numpy.full(total, total)
+    kind = numpy.zeros(total, dtype=numpy.int64)
+    for s, order in enumerate(orders):
+        prev = None
+        for forward, local, j in order:
+            c = local * pp + s
+            i = index[forward, c, j]
+            kind[i] = c if forward else num + c
+            if prev is not None:
+                pred1[i] = prev
+            if forward:
+                dep = (True, c - 1, j) if c > 0 else None
+            else:
+                dep = (False, c + 1, j) if c < num - 1 else (True, c, j)
+            if dep is not None:
+                pred2[i] = index[dep]
+            prev = i
+    depth = numpy.zeros(total + 1, dtype=numpy.int64)
+    done = numpy.zeros(total + 1, dtype=bool)
+    done[total] = True
+    while not done[:total].all():
+        ready = ~done[:total] & done[pred1] & done[pred2]
+        idx = numpy.nonzero(ready)[0]
+        depth[idx] = numpy.maximum(depth[pred1[idx]], depth[pred2[idx]]) + 1
+        done[idx] = True
+    levels = tuple(numpy.nonzero(depth[:total] == d)[0] for d in range(1, depth.max() + 1))
+    last = numpy.array(
+        [index[order[-1][0], order[-1][1] * pp + s, order[-1][2]] for s, order in enumerate(orders)]
+    )
+    return Graph(levels, pred1, pred2, kind, total, last)
+
+
+def makespans_s(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
+    """Longest path for each row of `durations_s` (K x 2 num: F_c then B_c):
+    the simulated step time of K plans at once."""
+    k = durations_s.shape[0]
+    end = numpy.zeros((graph.num_ops + 1, k))
+    dur = durations_s.T
+    for level in graph.levels:
+        end[level] = (
+            numpy.maximum(end[graph.pred1[level]], end[graph.pred2[level]]) + dur[graph.kind[level]]
+        )
+    return end[:-1].max(axis=0)
+
+
+def _scores(graph: Graph, durations_s: numpy.ndarray, by_ops: bool) -> numpy.ndarray:
+    """Step time, ties broken by the summed end times of every op (`by_ops`)
+    or of every stage's last op: among plans with the same step, prefer the
+    one that leaves more slack elsewhere for later moves. The two criteria
+    escape different plateaus, so the search alternates them."""
+    k = durations_s.shape[0]
+    end = numpy.zeros((graph.num_ops + 1, k))
+    dur = durations_s.T
+    for level in graph.levels:
+        end[level] = (
+            numpy.maximum(end[graph.pred1[level]], end[graph.pred2[level]]) + dur[graph.kind[level]]
+        )
+    finish = end[graph.last_ops]
+    ties = end[:-1].sum(axis=0) if by_ops else finish.sum(axis=0)
+    return finish.max(axis=0) + TIE_WEIGHT * ties
+
+
+def _chunk_front(problem: Problem, per_group: tuple[int, ...]):
+    """Pareto-minimal (recompute seconds, activation bytes, option counts
+    [g][o]) for a chunk holding `per_group` layers of each kind."""
+    points = [(0.0, 0.0, tuple(tuple(0 for _ in problem.options) for _ in problem.groups))]
+    for g, count in enumerate(per_group):
+        if count == 0:
+            continue
+        grp = problem.groups[g]
+        allowed = [o for o, a in enumerate(grp.activation_bytes) if a is not None]
+        mine = []
+        for combo in itertools.combinations_with_replacement(allowed, count):
+            r = sum(grp.backward_s * problem.options[o].backward_time_coef for o in combo)
+            a = sum(grp.activation_bytes[o] for o in combo)
+            counts = tuple(combo.count(o) for o in range(len(problem.options)))
+            mine.append((r, a, counts))
+        mine = _pareto2(mine)
+        merged = []
+        for r0, a0, c0 in points:
+            for r1, a1, c1 in mine:
+                new = list(c0)
+                new[g] = c1
+                merged.append((r0 + r1, a0 + a1, tuple(new)))
+        points = _pareto2(merged)
+    return points
+
+
+def _pareto2(points):
+    points.sort(key=lambda p: (p[0], p[1]))
+    out = []
+    for p in points:
+        if not out or p[1] < out[-1][1] * (1 - 1e-12):
+            out.append(p)
+    return out
+
+
+def _stage_candidates(problem: Problem, layers: list[list[int]], stage: int):
+    """Memory-feasible, Pareto-minimal per-chunk recomputation choices of a
+    stage: (recompute seconds per local chunk [K x v], counts per chunk)."""
+    pp, num = problem.num_stages, problem.num_virtual
+    chunks = list(range(stage, num, pp))
+    fronts = [_chunk_front(problem, tuple(layers[c])) for c in chunks]
+    static = problem.constant_bytes + sum(
+        problem.groups[g].parameter_bytes * layers[c][g]
+        for c in chunks
+        for g in range(len(problem.groups))
+    )
+    static += (problem.head.memory_bytes if stage == 0 else 0.0) + (
+        problem.tail.memory_bytes if stage == pp - 1 else 0.0
+    )
+    budget = problem.memory_cap_bytes * (1 + 1e-9) - static
+    vecs = numpy.array(alive_vectors(problem)[stage], dtype=float)
+    sizes = [len(f) for f in fronts]
+    grid = numpy.array(list(itertools.product(*[range(n) for n in sizes])), dtype=numpy.int64)
+    r = numpy.stack([numpy.array([p[0] for p in f])[grid[:, k]] for k, f in enumerate(fronts)], 1)
+    a = numpy.stack([numpy.array([p[1] for p in f])[grid[:, k]] for k, f in enumerate(fronts)], 1)
+    fits = (a @ vecs.T).max(axis=1) <= budget
+    r, grid = r[fits], grid[fits]
+    if len(r) == 0:
+        return None
+    order = numpy.argsort(r.sum(axis=1), kind="stable")
+    r, grid = r[order], grid[order]
+    keep: list[int] = []
+    for i in range(len(r)):
+        if keep and (r[keep] <= r[i] + 1e-15).all(axis=1).any():
+            continue
+        keep.append(i)
+        if len(keep) >= MAX_CANDIDATES:
+            break
+    r, grid = r[keep], grid[keep]
+    counts = [tuple(fronts[k][grid[i, k]][2] for k in range(len(chunks))) for i in range(len(r))]
+    return r, counts
+
+
+def local_search(problem: Problem, layers: list[list[int]]) -> Assignment | None:
+    """Recomputation for fixed layers per chunk and kind (`layers[c][g]`),
+    improved stage by stage; None when some stage cannot fit at all."""
+    pp, num = problem.num_stages, problem.num_virtual
+    graph = schedule_graph(
+        pp, problem.num_chunks, problem.num_micro_batches, problem.schedule is Schedule.INTERLEAVED
+    )
+    cands = []
+    for s in range(pp):
+        found = _stage_candidates(problem, layers, s)
+        if found is None:
+            return None
+        cands.append(found)
+    base = numpy.zeros(2 * num)
+    for c in range(num):
+        for g, grp in enumerate(problem.groups):
+            base[c] += grp.forward_s * layers[c][g]
+            base[num + c] += grp.backward_s * layers[c][g]
+    base[0] += problem.head.forward_s
+    base[num] += problem.head.backward_s
+    base[num - 1] += problem.tail.forward_s
+    base[2 * num - 1] += problem.tail.backward_s
+    choice = [0] * pp  # least total recomputation first
+    durations = base.copy()
+    for s in range(pp):
+        for k, c in enumerate(range(s, num, pp)):
+            durations[num + c] = base[num + c] + cands[s][0][0, k]
+
+    def descend(choice, durations, by_ops):
+        score = _scores(graph, durations[None, :], by_ops)[0]
+        for _ in range(MAX_SWEEPS):
+            improved = False
+            for s in range(pp):
+                r = cands[s][0]
+                trial = numpy.repeat(durations[None, :], len(r), axis=0)
+                for k, c in enumerate(range(s, num, pp)):
+                    trial[:, num + c] = base[num + c] + r[:, k]
+                scores = _scores(graph, trial, by_ops)
+                i = int(numpy.argmin(scores))
+                if scores[i] < score - 1e-15:
+                    score, durations = scores[i], trial[i]
+                    choice = [*choice[:s], i, *choice[s + 1 :]]
+                    improved = True
+            if not improved:
+                break
+        return choice, durations
+
+    best_step = makespans_s(graph, durations[None, :])[0]
+    best_choice = choice
+    for phase in range(PHASES):
+        choice, durations = descend(choice, durations, by_ops=phase % 2 == 0)
+        step = makespans_s(graph, durations[None, :])[0]
+        if step < best_step * (1 - 1e-12):
+            best_step, best_choice = step, choice
+        elif phase > 0:
+            break
+    choice = best_choice
+    counts = [None] * num
+    for s in range(pp):
+        for k, c in enumerate(range(s, num, pp)):
+            counts[c] = cands[s][1][choice[s]][k]
+    return Assignment(tuple(counts))
