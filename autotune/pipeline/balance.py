@@ -172,16 +172,14 @@ def balance(problem: Problem) -> BalanceResult:
         )
         if last.bound is not None:
             lower_bound = max(lower_bound, last.bound)
-        if last.status in ("infeasible", "cutoff"):
-            break
-        if last.assignment is None:
+        if last.assignment is None or last.status == "infeasible":
             break
         sim = simulate(problem, last.assignment)
         if _fits(problem, sim) and (best is None or sim.makespan_s < best[1].makespan_s):
             best = (last.assignment, sim)
-        if last.bound is not None:
-            lower_bound = max(lower_bound, last.bound)
-        elif last.status == "optimal" and last.objective is not None:
+        if last.status == "cutoff":
+            break
+        if last.bound is None and last.status == "optimal" and last.objective is not None:
             lower_bound = max(lower_bound, last.objective * (1 - problem.relative_gap))
         if sim.makespan_s <= (last.objective or 0.0) * (1 + 1e-9) or rounds >= MAX_CUT_ROUNDS:
             break

@@ -53,7 +53,9 @@ class Path:
 class IlpOutcome:
     """One MILP solve: status, the assignment found, objective and bound."""
 
-    status: str  # optimal | feasible | infeasible | no_solution | cutoff (none below it)
+    # optimal | feasible | infeasible | no_solution | cutoff (no plan below
+    # the cutoff; `assignment` may hold one at or above it)
+    status: str
     solver: str
     assignment: Assignment | None
     objective: float | None
@@ -499,12 +501,22 @@ def solve(
     if bound is not None and (bound != bound or abs(bound) == float("inf")):
         bound = None
     state = "optimal" if prob.sol_status == pulp.LpSolutionOptimal else "feasible"
+    bound_scaled = bound * scale if bound is not None else None
+    if use_cutoff:
+        # HiGHS keeps a plan it meets above the cutoff as its incumbent and,
+        # once every node is pruned against the cutoff, reports that plan's
+        # value as the bound, which is not one. What holds: a plan below the
+        # cutoff would have become the incumbent, so every plan is at least
+        # min(cutoff, the search's bound).
+        bound_scaled = cutoff_s if bound_scaled is None else min(bound_scaled, cutoff_s)
+        if objective * scale >= cutoff_s:
+            state = "cutoff"
     return IlpOutcome(
         state,
         solver,
         Assignment(counts),
         objective * scale,
-        bound * scale if bound is not None else None,
+        bound_scaled,
         elapsed,
         overshoot_bytes=objective * GIB if over is not None else None,
     )

@@ -9,8 +9,12 @@ With every chunk's layers per kind fixed, a stage's choice is one vector of
 recomputation seconds per local chunk; the step time is non-decreasing in
 each, so only Pareto-minimal vectors that fit the stage's memory matter.
 The search starts every stage on its least total recomputation and then,
-stage by stage, switches to whichever of the stage's vectors gives the
-shortest step with the others held, until a whole sweep changes nothing.
+stage by stage, switches to whichever of the stage's vectors scores best with
+the others held, until a whole sweep changes nothing. The score is the step
+plus a small weight on summed end times (`_scores`); with a maximum as the
+objective most single moves tie, and the secondary term is what moves the
+search across those plateaus. Two such terms alternate; the plan with the
+shortest step over all phases is returned.
 All of a stage's candidates are scored at once by one longest-path pass over
 the schedule graph, vectorised over the candidates (`makespans_s`).
 """
@@ -96,31 +100,31 @@ def schedule_graph(
     return Graph(levels, pred1, pred2, kind, total, last)
 
 
+def _end_times(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
+    """End time of every op (rows; the last row is the 'no predecessor'
+    zero) for each row of `durations_s` (K x 2 num: F_c then B_c)."""
+    end = numpy.zeros((graph.num_ops + 1, durations_s.shape[0]))
+    dur = durations_s.T
+    for level in graph.levels:
+        end[level] = (
+            numpy.maximum(end[graph.pred1[level]], end[graph.pred2[level]]) + dur[graph.kind[level]]
+        )
+    return end
+
+
 def makespans_s(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     """Longest path for each row of `durations_s` (K x 2 num: F_c then B_c):
     the simulated step time of K plans at once."""
-    k = durations_s.shape[0]
-    end = numpy.zeros((graph.num_ops + 1, k))
-    dur = durations_s.T
-    for level in graph.levels:
-        end[level] = (
-            numpy.maximum(end[graph.pred1[level]], end[graph.pred2[level]]) + dur[graph.kind[level]]
-        )
-    return end[:-1].max(axis=0)
+    return _end_times(graph, durations_s)[graph.last_ops].max(axis=0)
 
 
 def _scores(graph: Graph, durations_s: numpy.ndarray, by_ops: bool) -> numpy.ndarray:
-    """Step time, ties broken by the summed end times of every op (`by_ops`)
-    or of every stage's last op: among plans with the same step, prefer the
-    one that leaves more slack elsewhere for later moves. The two criteria
-    escape different plateaus, so the search alternates them."""
-    k = durations_s.shape[0]
-    end = numpy.zeros((graph.num_ops + 1, k))
-    dur = durations_s.T
-    for level in graph.levels:
-        end[level] = (
-            numpy.maximum(end[graph.pred1[level]], end[graph.pred2[level]]) + dur[graph.kind[level]]
-        )
+    """Step time plus TIE_WEIGHT times the summed end times of every op
+    (`by_ops`) or of every stage's last op: among plans with (nearly) the
+    same step, prefer the one that leaves more slack elsewhere for later
+    moves. The two criteria escape different plateaus, so the search
+    alternates them and keeps the plan with the shortest step."""
+    end = _end_times(graph, durations_s)
     finish = end[graph.last_ops]
     ties = end[:-1].sum(axis=0) if by_ops else finish.sum(axis=0)
     return finish.max(axis=0) + TIE_WEIGHT * ties
@@ -199,19 +203,43 @@ def _stage_candidates(problem: Problem, layers: list[list[int]], stage: int):
     return r, counts
 
 
-def local_search(problem: Problem, layers: list[list[int]]) -> Assignment | None:
-    """Recomputation for fixed layers per chunk and kind (`layers[c][g]`),
-    improved stage by stage; None when some stage cannot fit at all."""
-    pp, num = problem.num_stages, problem.num_virtual
-    graph = schedule_graph(
-        pp, problem.num_chunks, problem.num_micro_batches, problem.schedule is Schedule.INTERLEAVED
-    )
+def _all_candidates(problem: Problem, layers: list[list[int]]):
     cands = []
-    for s in range(pp):
+    for s in range(problem.num_stages):
         found = _stage_candidates(problem, layers, s)
         if found is None:
             return None
         cands.append(found)
+    return cands
+
+
+def _plan(problem: Problem, cands, choice: list[int]) -> Assignment:
+    pp, num = problem.num_stages, problem.num_virtual
+    counts = [None] * num
+    for s in range(pp):
+        for k, c in enumerate(range(s, num, pp)):
+            counts[c] = cands[s][1][choice[s]][k]
+    return Assignment(tuple(counts))
+
+
+def least_recompute_plan(problem: Problem, layers: list[list[int]]) -> Assignment | None:
+    """Every stage on its least total recomputation that fits (the local
+    search's start); None when some stage cannot fit at all."""
+    cands = _all_candidates(problem, layers)
+    return None if cands is None else _plan(problem, cands, [0] * problem.num_stages)
+
+
+def local_search(problem: Problem, layers: list[list[int]]) -> Assignment | None:
+    """Recomputation for fixed layers per chunk and kind (`layers[c][g]`),
+    improved stage by stage from least_recompute_plan; never slower than
+    that start. None when some stage cannot fit at all."""
+    pp, num = problem.num_stages, problem.num_virtual
+    graph = schedule_graph(
+        pp, problem.num_chunks, problem.num_micro_batches, problem.schedule is Schedule.INTERLEAVED
+    )
+    cands = _all_candidates(problem, layers)
+    if cands is None:
+        return None
     base = numpy.zeros(2 * num)
     for c in range(num):
         for g, grp in enumerate(problem.groups):
@@ -255,9 +283,4 @@ def local_search(problem: Problem, layers: list[list[int]]) -> Assignment | None
             best_step, best_choice = step, choice
         elif phase > 0:
             break
-    choice = best_choice
-    counts = [None] * num
-    for s in range(pp):
-        for k, c in enumerate(range(s, num, pp)):
-            counts[c] = cands[s][1][choice[s]][k]
-    return Assignment(tuple(counts))
+    return _plan(problem, cands, best_choice)

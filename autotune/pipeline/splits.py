@@ -23,16 +23,18 @@ that fits: they cut off fractional points only. Branching on y fixes a
 whole stage's layout at once, which is what closes the optimality gap (the
 measurements are in docs/pipeline.md).
 
-phi is exact for one kind of layer; with several kinds every layer may be of
-any kind (a relaxation, so still a lower bound). Memory is checked against
-each Pareto-maximal alive vector of the stage in turn (each is a necessary
-condition) and the largest of those bounds is kept.
+phi is a lower bound, exact for one kind of layer on a stage with one
+Pareto-maximal alive vector (every stage of the benchmark). With several
+kinds every layer may be of any kind; with several alive vectors each is
+checked on its own (each is a necessary condition) and the largest of those
+bounds is kept. Both are relaxations, so the rows stay valid.
 
 Interleaved schedules only (v > 1); see stage_splits. Given a step time to
-beat (the cutoff), only the splits that a faster plan
-could use are enumerated (stage_step_floor_s: a stage's chain of ops plus the
-fill before it and the drain after it). A stage with more splits than
-MAX_SPLITS_PER_STAGE gets no rows (they are optional).
+beat (the cutoff), only the splits that a faster plan could use are
+enumerated (stage_step_floor_s: a stage's chain of ops plus the fill before
+it and the drain after it), so with these rows the MILP holds only plans
+faster than that step; it is always used together with the cutoff. A stage
+with more splits than MAX_SPLITS_PER_STAGE gets no rows (they are optional).
 """
 
 from __future__ import annotations
@@ -48,9 +50,8 @@ from autotune.pipeline.bounds import stage_floors
 from autotune.pipeline.spec import Problem
 
 MAX_SPLITS_PER_STAGE = 400
-# Fronts larger than this per chunk and layer count are thinned to the
-# lowest-memory ones; every kept point is exact, so phi stays a lower bound
-# only if the front is complete: larger stages get no rows instead.
+# A stage whose (recompute, bytes) front for some chunk and layer count is
+# larger than this gets no rows (the exact fronts would be slow to combine).
 MAX_FRONT = 4096
 
 
