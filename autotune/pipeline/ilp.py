@@ -120,11 +120,14 @@ def _make_solver(
     cutoff: float | None = None,
 ):
     if name == "highs":
-        make, options = (_HighsWithStart, _HIGHS_WARM_OPTIONS) if warm else (pulp.HiGHS, {})
         if cutoff is not None:
             # Prune every node whose bound reaches the cutoff; the plan that
             # set it is known, so the solver's own plan search is not needed.
             make, options = pulp.HiGHS, {**_HIGHS_WARM_OPTIONS, "objective_bound": cutoff}
+        elif warm:
+            make, options = _HighsWithStart, _HIGHS_WARM_OPTIONS
+        else:
+            make, options = pulp.HiGHS, {}
         return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **options)
     return pulp.PULP_CBC_CMD(
         msg=False,
@@ -216,11 +219,22 @@ def _add_schedule(problem: Problem, prob, step, fwd: list, bwd: list) -> None:
         prob += step >= end[prev], f"last_s{s}"
 
 
+def _recompute(problem: Problem, n: dict, t_ref: float, chunks) -> pulp.LpAffineExpression:
+    """Recomputation seconds per micro-batch (scaled by t_ref) of the layers
+    in `chunks`: sum b_g coef_o n_gco."""
+    groups, options = problem.groups, problem.options
+    return pulp.lpSum(
+        groups[g].backward_s * options[o].backward_time_coef / t_ref * v
+        for (g, c, o), v in n.items()
+        if c in chunks and options[o].backward_time_coef > 0
+    )
+
+
 def _add_stage_floors(problem: Problem, prob, n: dict, xv: dict, t_ref: float) -> None:
     """Valid cuts from bounds.py: per stage, recomputation seconds
     `R_s >= slope X_s + intercept` and layers `X_s <= t_max` (skipped by the
     overshoot diagnosis, whose plans may break the cap)."""
-    pp, groups, options = problem.num_stages, problem.groups, problem.options
+    pp = problem.num_stages
     for floor in stage_floors(problem):
         s = floor.stage
         layers = pulp.lpSum(v for (g, c), v in xv.items() if c % pp == s)
@@ -228,11 +242,7 @@ def _add_stage_floors(problem: Problem, prob, n: dict, xv: dict, t_ref: float) -
             prob += layers <= floor.max_layers, f"stage_layers_max_s{s}"
         if not floor.cuts:
             continue
-        recompute = pulp.lpSum(
-            groups[g].backward_s * options[o].backward_time_coef / t_ref * v
-            for (g, c, o), v in n.items()
-            if c % pp == s and options[o].backward_time_coef > 0
-        )
+        recompute = _recompute(problem, n, t_ref, range(s, problem.num_virtual, pp))
         for i, (slope, intercept) in enumerate(floor.cuts):
             prob += (
                 recompute >= slope / t_ref * layers + intercept / t_ref,
@@ -249,7 +259,7 @@ def _add_split_rows(
 
     made: dict[tuple[int, tuple[int, ...]], pulp.LpVariable] = {}
 
-    pp, groups, options = problem.num_stages, problem.groups, problem.options
+    pp = problem.num_stages
     cat = pulp.LpContinuous if relaxed else pulp.LpBinary
     for st in stage_splits(problem, step_limit_s):
         s = st.stage
@@ -265,14 +275,7 @@ def _add_split_rows(
                 == pulp.lpSum(split[k] * y for split, y in zip(st.splits, ys, strict=True)),
                 f"split_layers_s{s}_k{k}",
             )
-        recompute = [
-            pulp.lpSum(
-                groups[g].backward_s * options[o].backward_time_coef / t_ref * v
-                for (g, cc, o), v in n.items()
-                if cc == c and options[o].backward_time_coef > 0
-            )
-            for c in chunks
-        ]
+        recompute = [_recompute(problem, n, t_ref, (c,)) for c in chunks]
         for j, weight in enumerate(st.weights):
             prob += (
                 pulp.lpSum(w * r for w, r in zip(weight, recompute, strict=True) if w)
@@ -462,6 +465,8 @@ def solve(
             bound = info.mip_dual_bound
         elif log_path is not None:
             bound = _cbc_bound(log_path)
+        if bound is not None and (bound != bound or abs(bound) == float("inf")):
+            bound = None
     finally:
         if log_path is not None:
             os.unlink(log_path)
@@ -477,7 +482,7 @@ def solve(
         # Stopped (time limit) before a plan: with a cutoff, every plan is at
         # least min(cutoff, the search's bound), a valid lower bound.
         proven = None
-        if use_cutoff and bound is not None and bound == bound and abs(bound) != float("inf"):
+        if use_cutoff and bound is not None:
             proven = min(bound * t_ref, cutoff_s)
         return IlpOutcome("no_solution", solver, None, None, proven, elapsed)
     if relaxed:
@@ -498,8 +503,6 @@ def solve(
     )
     objective = pulp.value(prob.objective) or 0.0
     scale = GIB if over is not None else t_ref
-    if bound is not None and (bound != bound or abs(bound) == float("inf")):
-        bound = None
     state = "optimal" if prob.sol_status == pulp.LpSolutionOptimal else "feasible"
     bound_scaled = bound * scale if bound is not None else None
     if use_cutoff:
