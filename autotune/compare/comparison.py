@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from autotune.dataflow import Stationary, output_state, table1
 from autotune.errors import InputError, NoFeasiblePlanError
-from autotune.layers import ATTN_OUT, FFN_DOWN, QKV, FCLayer, fc_layers
-from autotune.results import PlanResult
-from autotune.search import MeshEvaluator, SearchContext, mesh_shapes, plan, search_context
+from autotune.plan.dataflow import Stationary, output_state, table1
+from autotune.plan.layers import ATTN_OUT, FFN_DOWN, QKV, FCLayer, fc_layers
+from autotune.plan.results import PlanResult
+from autotune.plan.search import MeshEvaluator, SearchContext, mesh_shapes, plan, search_context
 from autotune.specs.plan_input import DataflowPolicy, PlanInput
 from cost_models import MeshShape, TimeBreakdown, transpose_cost
 from cost_models.baselines import (
