@@ -32,7 +32,7 @@ from cost_models.baselines import (
     summa_gemm,
     wang_gemm,
 )
-from cost_models.baselines_1d import (
+from cost_models.baselines.one_d import (
     RING_LINKS_PER_CHIP,
     TORUS_LINKS_PER_CHIP,
     fsdp_gemm,

@@ -31,7 +31,7 @@ from cost_models.baselines import (
     summa_packet_counts,
     wang_gemm,
 )
-from cost_models.baselines_1d import fsdp_gemm, one_d_tp_gemm
+from cost_models.baselines.one_d import fsdp_gemm, one_d_tp_gemm
 
 DEFAULT_CHIP_COUNTS = (16, 32, 64, 128, 256)
 

@@ -28,10 +28,10 @@ Conventions (shared with cost_models.meshslice):
 
 from __future__ import annotations
 
-from cost_models.baseline_cannon import cannon_gemm
-from cost_models.baseline_collective import collective_gemm, wang_gemm
-from cost_models.baseline_common import InfeasibleError
-from cost_models.baseline_summa import best_packet_count, summa_gemm, summa_packet_counts
+from cost_models.baselines.cannon import cannon_gemm
+from cost_models.baselines.collective import collective_gemm, wang_gemm
+from cost_models.baselines.common import InfeasibleError
+from cost_models.baselines.summa import best_packet_count, summa_gemm, summa_packet_counts
 
 __all__ = [
     "InfeasibleError",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.baseline_common import (
+from cost_models.baselines.common import (
     InfeasibleError,
     _check_sharding,
     _chunk,

@@ -3,7 +3,7 @@ See cost_models.baselines for the conventions."""
 
 from __future__ import annotations
 
-from cost_models.baseline_common import (
+from cost_models.baselines.common import (
     InfeasibleError,
     _call,
     _check_sharding,
