@@ -18,7 +18,7 @@ import time
 
 from autotune.pipeline.balance import balance
 from autotune.pipeline.ilp import highs_available
-from autotune.pipeline.spec import (
+from autotune.pipeline.yaml_format import (
     GIB,
     EndBlock,
     LayerGroup,

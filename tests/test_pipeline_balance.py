@@ -12,7 +12,7 @@ from autotune.pipeline.balance import balance, baselines
 from autotune.pipeline.bruteforce import brute_force
 from autotune.pipeline.schedule import interleaved_order, one_f_one_b_order, peak_alive_vectors
 from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import (
+from autotune.pipeline.yaml_format import (
     GIB,
     EndBlock,
     LayerGroup,

@@ -31,7 +31,7 @@ from autotune.pipeline.search import (
     schedule_graph,
 )
 from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import GIB, EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
+from autotune.pipeline.yaml_format import GIB, EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
 from autotune.pipeline.splits import stage_splits, stage_step_floor_s
 
 MS = 1e-3

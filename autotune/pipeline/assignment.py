@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.pipeline.schedule import peak_alive_vectors
-from autotune.pipeline.spec import Problem, Schedule
+from autotune.pipeline.yaml_format import Problem, Schedule
 
 Counts = tuple[tuple[tuple[int, ...], ...], ...]
 

@@ -29,7 +29,7 @@ from autotune.pipeline.result import (
     evaluate,
 )
 from autotune.pipeline.simulator import Simulation, simulate
-from autotune.pipeline.spec import Problem
+from autotune.pipeline.yaml_format import Problem
 
 MAX_CUT_ROUNDS = 60
 
@@ -237,7 +237,7 @@ def balance_file(path: str) -> BalanceResult:
     """Load either input format (decomposing seed-format memories) and balance."""
     from dataclasses import replace
 
-    from autotune.pipeline.spec import load_problem
+    from autotune.pipeline.yaml_format import load_problem
 
     problem, decomposition = load_problem(path)
     return replace(balance(problem), decomposition=decomposition)

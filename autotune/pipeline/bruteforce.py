@@ -9,7 +9,7 @@ from itertools import product
 
 from autotune.pipeline.assignment import Assignment
 from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import Problem
+from autotune.pipeline.yaml_format import Problem
 
 
 def _cuts(total: int, parts: int, minimum: int):

@@ -36,7 +36,7 @@ import pulp
 from autotune.pipeline.assignment import Assignment, alive_vectors
 from autotune.pipeline.bounds import stage_floors
 from autotune.pipeline.schedule import stage_orders
-from autotune.pipeline.spec import Problem, Schedule, SolverChoice
+from autotune.pipeline.yaml_format import Problem, Schedule, SolverChoice
 
 GIB = float(2**30)
 

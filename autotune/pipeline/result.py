@@ -11,7 +11,7 @@ from autotune.pipeline.assignment import (
     stage_static_bytes,
 )
 from autotune.pipeline.simulator import BubbleParts, Simulation
-from autotune.pipeline.spec import Problem
+from autotune.pipeline.yaml_format import Problem
 
 # Which recomputation options count in each of the seed framework's lists;
 # its select lists include the fully recomputed layers (pipeline.md section 5).

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from autotune.errors import InputError
 from autotune.pipeline.decompose import Decomposition, Measurement, decompose
-from autotune.pipeline.spec import (
+from autotune.pipeline.yaml_format import (
     GIB,
     MS,
     RECOMPUTE_OPTIONS,

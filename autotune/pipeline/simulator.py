@@ -19,7 +19,7 @@ from autotune.pipeline.assignment import (
     stage_peak_bytes,
 )
 from autotune.pipeline.schedule import stage_orders
-from autotune.pipeline.spec import Problem, Schedule
+from autotune.pipeline.yaml_format import Problem, Schedule
 
 
 @dataclass(frozen=True)
