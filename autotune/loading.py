@@ -32,7 +32,7 @@ def _preset_dir(kind: str) -> Path:
 
 
 def preset_names(kind: str) -> list[str]:
-    """Names of the bundled presets of `kind` ("models" or "clusters")."""
+    """Names of the bundled presets of `kind` ("models", "clusters" or "chips")."""
     return sorted(p.stem for p in _preset_dir(kind).glob("*.yaml"))
 
 
@@ -234,13 +234,14 @@ def cluster_file(ref: str, base: Path | None = None) -> Path | None:
     return path if path.is_file() else None
 
 
+def load_chip_spec(ref: str | Path, base: Path | None = None) -> ChipSpec:
+    """A chip preset name or YAML file (a path relative to `base`)."""
+    return _load_yaml_ref(ref, "chips", "chip", ChipSpec, base)
+
+
 def load_chip_for(cluster: ClusterSpec, base: Path | None) -> ChipSpec | None:
     """The chip a cluster names (preset or path relative to `base`), or None."""
-    if cluster.chip is None:
-        return None
-    from autotune.hardware.cluster import resolve_cluster
-
-    return resolve_cluster(cluster, base).chip
+    return None if cluster.chip is None else load_chip_spec(cluster.chip, base)
 
 
 def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[CalibrationSpec, str]:

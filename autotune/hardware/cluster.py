@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.loading import cluster_file, load_chip_for, load_cluster_spec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec, Topology
 
@@ -94,21 +95,12 @@ def resolve_cluster(spec: ClusterSpec, base: Path | None = None) -> Cluster:
     `base`, the folder of the file that names it)."""
     if spec.chip is None:
         return Cluster(spec)
-    from autotune.hardware.chips import chip_names, load_chip
-
-    ref = spec.chip
-    if ref not in chip_names() and base is not None and not Path(ref).is_absolute():
-        candidate = base / ref
-        if candidate.exists():
-            ref = str(candidate)
-    return Cluster(spec, load_chip(ref))
+    return Cluster(spec, load_chip_for(spec, base))
 
 
 def load_cluster(ref: str | Path, base: Path | None = None) -> Cluster:
     """A cluster preset (`BASE-<N>n` sets the node count of a node preset)
     or YAML file, resolved with its chip."""
-    from autotune.loading import cluster_file, load_cluster_spec
-
     spec, _ = load_cluster_spec(ref, base)
     path = cluster_file(str(ref), base)
     return resolve_cluster(spec, path.parent if path is not None else base)
