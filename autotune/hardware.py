@@ -3,8 +3,10 @@ place where spec units meet formula units)."""
 
 from __future__ import annotations
 
+import math
+
 from autotune.specs.calibration import CalibrationSpec
-from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams
+from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams, LinkRegime
 
 
 def comm_model(calibration: CalibrationSpec) -> CommModel:
@@ -12,8 +14,20 @@ def comm_model(calibration: CalibrationSpec) -> CommModel:
     params = {}
     for op_name, axes in calibration.collectives.items():
         for axis_name, link in axes.items():
+            regimes = tuple(
+                LinkRegime(
+                    max_shard_bytes=math.inf if r.max_shard_bytes is None else r.max_shard_bytes,
+                    launch_s=r.launch_s,
+                    sync_s=r.sync_s,
+                    link_bytes_per_s=r.link_bytes_per_s,
+                )
+                for r in link.regimes or ()
+            )
             params[(CollectiveOp(op_name), Axis(axis_name))] = LinkParams(
-                launch_s=link.launch_s, sync_s=link.sync_s, link_bytes_per_s=link.link_bytes_per_s
+                launch_s=link.launch_s,
+                sync_s=link.sync_s,
+                link_bytes_per_s=link.link_bytes_per_s,
+                regimes=regimes,
             )
     return CommModel(params)
 

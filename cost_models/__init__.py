@@ -28,6 +28,7 @@ from cost_models.types import (
     CommModel,
     GemmEstimate,
     LinkParams,
+    LinkRegime,
     MeshShape,
     TimeBreakdown,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "Dataflow",
     "GemmEstimate",
     "LinkParams",
+    "LinkRegime",
     "MeshShape",
     "TimeBreakdown",
     "collective_calls",
