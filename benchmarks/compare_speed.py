@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from autotune.compare import compare
+from autotune.compare.comparison import compare
 from autotune.loading import load_plan_input
 
 ROOT = Path(__file__).resolve().parent.parent

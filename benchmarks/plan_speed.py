@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from autotune.loading import load_calibration, load_cluster_spec, load_model_spec
-from autotune.search import plan
+from autotune.plan.search import plan
 from autotune.specs import PlanInput, SearchSpec, TrainingSpec
 
 REPO = Path(__file__).resolve().parent.parent

@@ -24,21 +24,14 @@ from cost_models import (
     meshslice_estimate,
     pipelined_broadcast_cost,
 )
-from cost_models.baselines import (
-    InfeasibleError,
-    best_packet_count,
-    cannon_gemm,
-    collective_gemm,
-    summa_gemm,
-    wang_gemm,
-)
-from cost_models.baselines_1d import (
-    RING_LINKS_PER_CHIP,
-    TORUS_LINKS_PER_CHIP,
-    fsdp_gemm,
-    one_d_tp_gemm,
-    ring_link,
-)
+from cost_models.baselines.cannon import cannon_gemm
+from cost_models.baselines.collective import collective_gemm
+from cost_models.baselines.common import InfeasibleError
+from cost_models.baselines.fsdp import fsdp_gemm
+from cost_models.baselines.one_d import one_d_tp_gemm
+from cost_models.baselines.ring import RING_LINKS_PER_CHIP, TORUS_LINKS_PER_CHIP, ring_link
+from cost_models.baselines.summa import best_packet_count, summa_gemm
+from cost_models.baselines.wang import wang_gemm
 
 LINK = LinkParams(launch_s=1.0, sync_s=0.5, link_bytes_per_s=1.0)
 OPS = (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.SEND_RECV)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
-from autotune.compare import (
+from autotune.compare.comparison import (
     PAPER_MESHSLICE_OVER_WANG,
     PAPER_PHASE1_GAIN,
     Algorithm,

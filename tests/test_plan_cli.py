@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from jsoncheck import assert_json_close
 
 from autotune.cli import main
-from autotune.plan_schema import PlanDocument, plan_json_schema
+from autotune.plan.schema import PlanDocument, plan_json_schema
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("MESHTUNE_UPDATE_GOLDEN") == "1"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.loading import load_calibration, load_cluster_spec, load_model_spec
-from autotune.search import plan
+from autotune.plan.search import plan
 from autotune.specs import PlanInput, SearchSpec, TrainingSpec
 
 CAL, _ = load_calibration("tpu-v4")

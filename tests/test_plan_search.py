@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.dataflow import Stationary, size_rule, table1
-from autotune.hardware import comm_model, compute_model
-from autotune.layers import fc_layers
+from autotune.hardware.calibration import comm_model, compute_model
 from autotune.loading import load_calibration
-from autotune.search import plan
+from autotune.plan.dataflow import Stationary, size_rule, table1
+from autotune.plan.layers import fc_layers
+from autotune.plan.search import plan
 from autotune.specs import ClusterSpec, ModelSpec, PlanInput, SearchSpec, TrainingSpec
 from autotune.specs.plan_input import DataflowPolicy, SliceScope
 from cost_models import (

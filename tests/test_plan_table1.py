@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.dataflow import (
+from autotune.plan.dataflow import (
     GemmPass,
     Stationary,
     input_state,
@@ -15,7 +15,7 @@ from autotune.dataflow import (
     tensor_layouts,
     variant_for_input,
 )
-from autotune.layers import FCLayer
+from autotune.plan.layers import FCLayer
 from cost_models import Dataflow
 
 OS, LS, RS = Dataflow.OS, Dataflow.LS, Dataflow.RS

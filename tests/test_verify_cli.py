@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from jsoncheck import assert_json_close
 
 from autotune.cli import main
-from autotune.dataflow import Stationary, table1
-from autotune.layers import FCLayer
+from autotune.plan.dataflow import Stationary, table1
+from autotune.plan.layers import FCLayer
 from autotune.verify.mesh import Traffic
 from autotune.verify.plan_file import read_plan
 from autotune.verify.runner import verify_plan

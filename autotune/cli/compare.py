@@ -68,7 +68,7 @@ def compare(
 
     Exit codes: 0 ok, 1 no feasible plan, 2 bad input.
     """
-    from autotune.compare import compare as run_compare
+    from autotune.compare.comparison import compare as run_compare
     from autotune.loading import load_plan_input
     from autotune.render_progress import progress
 
@@ -79,10 +79,10 @@ def compare(
     with progress(f"planning every algorithm at {len(counts)} chip counts"):
         result = run_compare(inp, counts, batch)
     if fmt == "json":
-        from autotune.compare_document import to_json
+        from autotune.compare.document import to_json
 
         click.echo(to_json(result), nl=False)
     else:
-        from autotune.render_compare import render_compare
+        from autotune.compare.render import render_compare
 
         render_compare(result)

@@ -51,8 +51,8 @@ def plan(
     """
     from autotune.io import atomic_write_text
     from autotune.loading import load_plan_input
-    from autotune.plan_document import to_json
-    from autotune.search import plan as run_plan
+    from autotune.plan.document import to_json
+    from autotune.plan.search import plan as run_plan
     from autotune.specs.plan_input import DataflowPolicy
 
     inp = load_plan_input(model_file, cluster, calibration)
@@ -63,7 +63,7 @@ def plan(
     if fmt == "json":
         click.echo(text, nl=False)
     else:
-        from autotune.report import render_plan
+        from autotune.plan.report import render_plan
 
         render_plan(result)
         if out:

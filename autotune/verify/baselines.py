@@ -86,7 +86,7 @@ def _by_position(axis: Axis, ring: int, fn) -> np.ndarray:
 def wang_grids(
     em: EmulatedMesh, dataflow: Dataflow, a: np.ndarray, b: np.ndarray, decomposed: Axis
 ) -> np.ndarray:
-    """Wang et al. (as `cost_models.baselines.wang_gemm` schedules it): the
+    """Wang et al. (as `cost_models.baselines.wang.wang_gemm` schedules it): the
     collective on logical axis `decomposed` becomes `P - 1` single-hop
     send-recvs, each overlapped with one chunk of the local GEMM; the other
     direction is a plain collective, before the loop for an all-gather and
@@ -195,7 +195,7 @@ def summa_grids(
 
 def cannon_grids(em: EmulatedMesh, dataflow: Dataflow, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cannon (seed 000 section 2.3.2) on a square `P x P` mesh, as
-    `cost_models.baselines.cannon_gemm` schedules it.
+    `cost_models.baselines.cannon.cannon_gemm` schedules it.
 
     OS: skew A along COL (mesh row `i` by `-i`) and B along ROW (column `j`
     by `-j`), then P multiply steps with single-hop shifts between them.

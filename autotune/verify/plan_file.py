@@ -4,7 +4,7 @@ variant, shape and slice count.
 
 The reader accepts a full document written by `meshtune plan --format json`
 and also a hand-written one holding only these keys; every other key is
-ignored (the planner's own schema, `autotune.plan_schema`, is the strict
+ignored (the planner's own schema, `autotune.plan.schema`, is the strict
 one). Bad input becomes one-line `InputError`s naming the file and field.
 """
 

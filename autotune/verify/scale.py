@@ -93,7 +93,7 @@ def untwin(expr: Expression) -> Expression:
     of `C = RS(A, B) = A^T B` is `C^T = B^T A = LS(B^T, A^T)`, and of
     `C = LS(A, B) = A B^T` it is `C^T = B A^T = RS(B^T, A^T)`. So in every
     case the plain form takes `C = C'^T`, `A = B'^T`, `B = A'^T` and the
-    twin's dataflow swapped back (model.md section 3; `autotune.dataflow`).
+    twin's dataflow swapped back (model.md section 3; `autotune.plan.dataflow`).
     """
     return Expression(_flip(expr.result), _TWIN[expr.dataflow], _flip(expr.right), _flip(expr.left))
 

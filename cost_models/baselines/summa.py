@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.baseline_common import (
+from cost_models.baselines.common import (
     InfeasibleError,
-    _check_sharding,
-    _chunk,
-    _estimate,
-    _logical,
-    _Plan2D,
-    _plan2d,
+    Plan2D,
+    check_sharding,
+    chunk_mnk,
+    estimate,
+    logical_mesh,
+    plan2d,
 )
 from cost_models.collectives import pipelined_broadcast_cost
 from cost_models.compute import ComputeModel
@@ -84,7 +84,7 @@ class _Panel:
     message_bytes: float
 
 
-def _summa_panels(p: _Plan2D, iterations: int) -> tuple[list[_Panel], list[_Panel]]:
+def _summa_panels(p: Plan2D, iterations: int) -> tuple[list[_Panel], list[_Panel]]:
     """The broadcast (before the GEMM) and reduce (after) of one iteration.
 
     The collective's gathered operand is `ring * shard`; SUMMA cuts it into
@@ -112,8 +112,8 @@ def summa_packet_counts(
 ) -> dict[Axis, int]:
     """The best packet count of SUMMA's broadcast/reduce on each physical
     axis that moves data (:func:`best_packet_count` per panel)."""
-    lmesh, lcomm = _logical(mesh, comm, transposed)
-    p = _plan2d(dataflow, m, n, k, lmesh, element_bytes)
+    lmesh, lcomm = logical_mesh(mesh, comm, transposed)
+    p = plan2d(dataflow, m, n, k, lmesh, element_bytes)
     before, after = _summa_panels(p, math.lcm(lmesh.num_rows, lmesh.num_cols))
     out = {}
     for pn in (*before, *after):
@@ -179,7 +179,7 @@ def summa_gemm(
     panelled dimension (OS: K, LS: N, RS: M) is not a multiple of L.
     """
     lmesh_check = mesh.transposed() if transposed else mesh
-    _check_sharding(dataflow, m, n, k, lmesh_check)
+    check_sharding(dataflow, m, n, k, lmesh_check)
     iterations = math.lcm(lmesh_check.num_rows, lmesh_check.num_cols)
     dim = {Dataflow.OS: k, Dataflow.LS: n, Dataflow.RS: m}[dataflow]
     if dim % iterations:
@@ -189,8 +189,8 @@ def summa_gemm(
         )
     if num_packets is not None and num_packets < 1:
         raise InfeasibleError(f"num_packets must be >= 1, got {num_packets}")
-    lmesh, lcomm = _logical(mesh, comm, transposed)
-    p = _plan2d(dataflow, m, n, k, lmesh, element_bytes)
+    lmesh, lcomm = logical_mesh(mesh, comm, transposed)
+    p = plan2d(dataflow, m, n, k, lmesh, element_bytes)
     before, after = _summa_panels(p, iterations)
 
     def stage(panels: list[_Panel]) -> tuple[float, CommCost]:
@@ -204,14 +204,14 @@ def summa_gemm(
 
     pre_s, pre_c = stage(before)
     post_s, post_c = stage(after)
-    gemm = float(compute.gemm_s(*_chunk(p.gemm_mnk, p.split_dim, iterations)))
+    gemm = float(compute.gemm_s(*chunk_mnk(p.gemm_mnk, p.split_dim, iterations)))
     steady = max(pre_s, gemm * overlap_slowdown, post_s)
     total = pre_s + (iterations - 1) * steady + gemm + post_s
     calls = [
         CollectiveCall(pn.op, pn.axis, pn.ring, pn.message_bytes / pn.ring, iterations)
         for pn in (*before, *after)
     ]
-    return _estimate(
+    return estimate(
         total,
         gemm * iterations,
         (pre_c + post_c).scaled(iterations),

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
 from autotune.errors import InputError, NoFeasiblePlanError
-from autotune.hardware import comm_model, compute_model
-from autotune.layers import FCLayer, fc_layers
-from autotune.phase1 import Selection, Transpose, select
-from autotune.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandidate, PlanResult
+from autotune.hardware.calibration import comm_model, compute_model
+from autotune.plan.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
+from autotune.plan.layers import FCLayer, fc_layers
+from autotune.plan.phase1 import Selection, Transpose, select
+from autotune.plan.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandidate, PlanResult
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
 from cost_models import (

@@ -1,19 +1,19 @@
-"""Collective 2D GEMM and Wang et al. (seed 000 sections 2.3.4 and 5).
-See cost_models.baselines for the conventions."""
+"""Wang et al.'s collective matmul (seed 000 sections 2.3.4, 3.1 and 5;
+Wang et al., ASPLOS 2022). See cost_models.baselines for the conventions."""
 
 from __future__ import annotations
 
-from cost_models.baseline_common import (
+from cost_models.baselines.common import (
     InfeasibleError,
-    _call,
-    _check_sharding,
-    _chunk,
-    _collective,
-    _estimate,
-    _hop,
-    _logical,
-    _Plan2D,
-    _plan2d,
+    Plan2D,
+    check_sharding,
+    chunk_mnk,
+    estimate,
+    hop_link,
+    logical_mesh,
+    move_call,
+    move_cost,
+    plan2d,
 )
 from cost_models.collectives import send_recv_cost
 from cost_models.compute import ComputeModel
@@ -27,58 +27,6 @@ from cost_models.types import (
     GemmEstimate,
     MeshShape,
 )
-
-
-def collective_gemm(
-    dataflow: Dataflow,
-    m: int,
-    n: int,
-    k: int,
-    mesh: MeshShape,
-    element_bytes: float,
-    comm: CommModel,
-    compute: ComputeModel,
-    transposed: bool = False,
-) -> GemmEstimate:
-    """Collective 2D GEMM: one all-gather / reduce-scatter per direction and
-    one local GEMM, nothing overlapped (seed 000 section 2.3.4, figure 2b;
-    model.md section 7).
-
-    Schedule: the all-gathers of the moving inputs run first (OS: A along
-    COL and B along ROW, concurrently, each on its own axis's links), then
-    the whole local GEMM, then (LS/RS) the reduce-scatter of the output on
-    the other axis. The local GEMM cannot start before its inputs are
-    complete and the reduce-scatter needs the whole partial product, so
-    there is nothing to overlap::
-
-        total = max(t_ag over the 'before' axes) + t_gemm + t_rs
-
-    with `t_ag`, `t_rs` from :func:`ring_collective_cost` (`launch + (P-1)
-    * (sync + shard/bw)`) and `t_gemm` from `compute.gemm_s` on the local
-    `(m/Nr, n/Nc, k)` (OS), `(m/Nr, n, k/Nc)` (LS), `(m, n/Nc, k/Nr)` (RS).
-    It equals MeshSlice with S = 1.
-
-    Bytes per chip (every chip alike): each collective is one call with the
-    ring's per-chip piece, `(P-1) * shard_bytes` sent on its axis.
-    Raises InfeasibleError when a matrix does not split evenly. Seconds.
-    """
-    _check_sharding(dataflow, m, n, k, mesh.transposed() if transposed else mesh)
-    lmesh, lcomm = _logical(mesh, comm, transposed)
-    p = _plan2d(dataflow, m, n, k, lmesh, element_bytes)
-    pre = [_collective(mv, lcomm) for mv in p.before]
-    post = [_collective(mv, lcomm) for mv in p.after]
-    gemm = float(compute.gemm_s(*p.gemm_mnk))
-    pre_s = max((c.total_s for c in pre), default=0.0)
-    post_s = sum(c.total_s for c in post)
-    total = pre_s + gemm + post_s
-    comm_sum = sum(pre + post, CommCost())
-    calls = [_call(mv) for mv in (*p.before, *p.after)]
-    return _estimate(total, gemm, comm_sum, pre_s, 0.0, gemm + post_s, 1, calls, transposed)
-
-
-# --------------------------------------------------------------------------
-# Wang et al.
-# --------------------------------------------------------------------------
 
 
 def wang_gemm(
@@ -134,9 +82,9 @@ def wang_gemm(
     (the same `(P-1) * shard` bytes as the collective it replaces); the
     other direction one call of its collective. Seconds.
     """
-    _check_sharding(dataflow, m, n, k, mesh.transposed() if transposed else mesh)
-    lmesh, lcomm = _logical(mesh, comm, transposed)
-    p = _plan2d(dataflow, m, n, k, lmesh, element_bytes)
+    check_sharding(dataflow, m, n, k, mesh.transposed() if transposed else mesh)
+    lmesh, lcomm = logical_mesh(mesh, comm, transposed)
+    p = plan2d(dataflow, m, n, k, lmesh, element_bytes)
     axes = [mv.axis for mv in (*p.before, *p.after)]
     if decomposed_axis is not None:
         logical_axis = decomposed_axis.other() if transposed else decomposed_axis
@@ -155,7 +103,7 @@ def wang_gemm(
 
 
 def _wang_one(
-    p: _Plan2D,
+    p: Plan2D,
     axis: Axis,
     comm: CommModel,
     compute: ComputeModel,
@@ -167,20 +115,20 @@ def _wang_one(
     dec = next(mv for mv in moves if mv.axis is axis)
     other_before = [mv for mv in p.before if mv is not dec]
     other_after = [mv for mv in p.after if mv is not dec]
-    pre = [_collective(mv, comm) for mv in other_before]
-    post = [_collective(mv, comm) for mv in other_after]
+    pre = [move_cost(mv, comm) for mv in other_before]
+    post = [move_cost(mv, comm) for mv in other_after]
     pre_s = max((c.total_s for c in pre), default=0.0)
     post_s = sum(c.total_s for c in post)
     ring = dec.ring
-    chunk = float(compute.gemm_s(*_chunk(p.gemm_mnk, p.split_dim, ring)))
-    sr = send_recv_cost(_hop(comm, axis), dec.shard_bytes) if ring > 1 else CommCost()
+    chunk = float(compute.gemm_s(*chunk_mnk(p.gemm_mnk, p.split_dim, ring)))
+    sr = send_recv_cost(hop_link(comm, axis), dec.shard_bytes) if ring > 1 else CommCost()
     steady = max(chunk * overlap_slowdown, sr.total_s)
     loop = chunk + (ring - 1) * steady
     total = pre_s + loop + post_s
     comm_sum = sum(pre + post, CommCost()) + sr.scaled(ring - 1)
-    calls = [_call(mv) for mv in (*other_before, *other_after)]
+    calls = [move_call(mv) for mv in (*other_before, *other_after)]
     calls.append(CollectiveCall(CollectiveOp.SEND_RECV, axis, 2, dec.shard_bytes, ring - 1))
-    return _estimate(
+    return estimate(
         total, chunk * ring, comm_sum, pre_s, steady, chunk + post_s, ring, calls, transposed
     )
 

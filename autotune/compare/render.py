@@ -8,8 +8,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from autotune.compare import PAPER_MESHSLICE_OVER_WANG, PAPER_PHASE1_GAIN, CompareResult
-from autotune.report import fmt_pct, fmt_s
+from autotune.compare.comparison import PAPER_MESHSLICE_OVER_WANG, PAPER_PHASE1_GAIN, CompareResult
+from autotune.plan.report import fmt_pct, fmt_s
 
 CHART_WIDTH = 50
 _MARKS = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from autotune.layers import FCLayer
+from autotune.plan.layers import FCLayer
 from cost_models import Dataflow
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autotune.compare import AlgorithmResult, ComparePoint, CompareResult, Phase1Gain
+from autotune.compare.comparison import AlgorithmResult, ComparePoint, CompareResult, Phase1Gain
 from cost_models import MeshShape, TimeBreakdown
 
 COMPARE_SCHEMA = "meshtune.compare/1"

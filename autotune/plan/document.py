@@ -4,7 +4,8 @@ beyond unit-free copying: every number comes from the result)."""
 from __future__ import annotations
 
 from autotune.loading import calibration_file, sha256_of
-from autotune.plan_schema import (
+from autotune.plan.results import GemmPlan, LayerPlan, PlanResult
+from autotune.plan.schema import (
     PLAN_SCHEMA,
     BreakdownDoc,
     CalibrationRefDoc,
@@ -21,7 +22,6 @@ from autotune.plan_schema import (
     TensorDoc,
     TransposeDoc,
 )
-from autotune.results import GemmPlan, LayerPlan, PlanResult
 from cost_models import TimeBreakdown
 
 

@@ -3,14 +3,14 @@ cost_models.baselines for the conventions."""
 
 from __future__ import annotations
 
-from cost_models.baseline_common import (
+from cost_models.baselines.common import (
     InfeasibleError,
-    _check_sharding,
-    _chunk,
-    _estimate,
-    _hop,
-    _logical,
-    _plan2d,
+    check_sharding,
+    chunk_mnk,
+    estimate,
+    hop_link,
+    logical_mesh,
+    plan2d,
 )
 from cost_models.collectives import send_recv_cost
 from cost_models.compute import ComputeModel
@@ -78,25 +78,25 @@ def cannon_gemm(
             f"Cannon needs a square mesh; {mesh} has {mesh.num_rows} rows and "
             f"{mesh.num_cols} columns"
         )
-    _check_sharding(dataflow, m, n, k, mesh)
+    check_sharding(dataflow, m, n, k, mesh)
     ring = mesh.num_rows
-    lmesh, lcomm = _logical(mesh, comm, transposed)
-    p = _plan2d(dataflow, m, n, k, lmesh, element_bytes)
+    lmesh, lcomm = logical_mesh(mesh, comm, transposed)
+    p = plan2d(dataflow, m, n, k, lmesh, element_bytes)
     # every block is the 1/P piece of a shard; the product of one step is the
     # gathered local GEMM with its spanned dimension cut into P
-    t_c = float(compute.gemm_s(*_chunk(p.gemm_mnk, p.split_dim, ring)))
+    t_c = float(compute.gemm_s(*chunk_mnk(p.gemm_mnk, p.split_dim, ring)))
     hops = ring // 2
     skews, shifts, aligns = [], [], []
     calls: list[CollectiveCall] = []
     for mv in p.before:
         block = mv.shard_bytes
-        skews.append(send_recv_cost(_hop(lcomm, mv.axis), block, hops))
-        shifts.append(send_recv_cost(_hop(lcomm, mv.axis), block))
+        skews.append(send_recv_cost(hop_link(lcomm, mv.axis), block, hops))
+        shifts.append(send_recv_cost(hop_link(lcomm, mv.axis), block))
         calls.append(CollectiveCall(CollectiveOp.SEND_RECV, mv.axis, 2, block, hops + ring - 1))
     for mv in p.after:
         block = mv.shard_bytes
-        shifts.append(send_recv_cost(_hop(lcomm, mv.axis), block))
-        aligns.append(send_recv_cost(_hop(lcomm, mv.axis), block, hops))
+        shifts.append(send_recv_cost(hop_link(lcomm, mv.axis), block))
+        aligns.append(send_recv_cost(hop_link(lcomm, mv.axis), block, hops))
         calls.append(CollectiveCall(CollectiveOp.SEND_RECV, mv.axis, 2, block, hops + ring - 1))
     if ring == 1:
         skews, shifts, aligns, calls = [], [], [], []
@@ -106,6 +106,6 @@ def cannon_gemm(
     steady = max(t_c * overlap_slowdown, shift_s)
     total = skew_s + t_c + (ring - 1) * steady + align_s
     comm_sum = sum(skews + aligns, CommCost()) + sum(shifts, CommCost()).scaled(ring - 1)
-    return _estimate(
+    return estimate(
         total, t_c * ring, comm_sum, skew_s, steady, t_c + align_s, ring, calls, transposed
     )

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from autotune.dataflow import (
+from autotune.plan.dataflow import (
     NORMAL,
     TRANSPOSED,
     Stationary,
@@ -23,7 +23,7 @@ from autotune.dataflow import (
     size_rule,
     variant_for_input,
 )
-from autotune.layers import ATTN_OUT, FFN_DOWN, FFN_GATE, FFN_UP, QKV, FCLayer
+from autotune.plan.layers import ATTN_OUT, FFN_DOWN, FFN_GATE, FFN_UP, QKV, FCLayer
 from autotune.specs.plan_input import DataflowPolicy
 
 

@@ -30,7 +30,7 @@ class InfeasibleError(ValueError):
 
 
 @dataclass(frozen=True)
-class _Move:
+class Move:
     """One collective of the S=1 (unsliced) 2D GEMM: `op` along `axis` over
     `ring` chips with a per-chip piece of `shard_bytes` (all-gather input
     piece, reduce-scatter output piece)."""
@@ -42,58 +42,58 @@ class _Move:
 
 
 @dataclass(frozen=True)
-class _Plan2D:
+class Plan2D:
     """The collectives before and after the local GEMM of a dataflow, the
     local GEMM `(m, n, k)` with every operand gathered, and the index (0, 1,
     2 for m, n, k) of the GEMM dimension the gathered moving operand spans,
     which is the dimension every decomposed algorithm cuts into chunks."""
 
-    before: tuple[_Move, ...]
+    before: tuple[Move, ...]
     gemm_mnk: tuple[float, float, float]
-    after: tuple[_Move, ...]
+    after: tuple[Move, ...]
     split_dim: int
 
 
-def _plan2d(dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape, e: float) -> _Plan2D:
+def plan2d(dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape, e: float) -> Plan2D:
     """Per-chip shards of the three dataflows (model.md section 6, S = 1)."""
     nr, nc = mesh.num_rows, mesh.num_cols
     if dataflow is Dataflow.OS:
-        return _Plan2D(
+        return Plan2D(
             before=(
-                _Move(CollectiveOp.ALL_GATHER, Axis.COL, nc, (m / nr) * (k / nc) * e),
-                _Move(CollectiveOp.ALL_GATHER, Axis.ROW, nr, (k / nr) * (n / nc) * e),
+                Move(CollectiveOp.ALL_GATHER, Axis.COL, nc, (m / nr) * (k / nc) * e),
+                Move(CollectiveOp.ALL_GATHER, Axis.ROW, nr, (k / nr) * (n / nc) * e),
             ),
             gemm_mnk=(m / nr, n / nc, k),
             after=(),
             split_dim=2,
         )
     if dataflow is Dataflow.LS:
-        return _Plan2D(
-            before=(_Move(CollectiveOp.ALL_GATHER, Axis.ROW, nr, (n / nr) * (k / nc) * e),),
+        return Plan2D(
+            before=(Move(CollectiveOp.ALL_GATHER, Axis.ROW, nr, (n / nr) * (k / nc) * e),),
             gemm_mnk=(m / nr, n, k / nc),
-            after=(_Move(CollectiveOp.REDUCE_SCATTER, Axis.COL, nc, (m / nr) * (n / nc) * e),),
+            after=(Move(CollectiveOp.REDUCE_SCATTER, Axis.COL, nc, (m / nr) * (n / nc) * e),),
             split_dim=1,
         )
-    return _Plan2D(
-        before=(_Move(CollectiveOp.ALL_GATHER, Axis.COL, nc, (k / nr) * (m / nc) * e),),
+    return Plan2D(
+        before=(Move(CollectiveOp.ALL_GATHER, Axis.COL, nc, (k / nr) * (m / nc) * e),),
         gemm_mnk=(m, n / nc, k / nr),
-        after=(_Move(CollectiveOp.REDUCE_SCATTER, Axis.ROW, nr, (m / nr) * (n / nc) * e),),
+        after=(Move(CollectiveOp.REDUCE_SCATTER, Axis.ROW, nr, (m / nr) * (n / nc) * e),),
         split_dim=0,
     )
 
 
-def _chunk(mnk: tuple[float, float, float], split_dim: int, parts: float) -> tuple[float, ...]:
+def chunk_mnk(mnk: tuple[float, float, float], split_dim: int, parts: float) -> tuple[float, ...]:
     """The local GEMM with dimension `split_dim` divided into `parts`."""
     return tuple(d / parts if i == split_dim else d for i, d in enumerate(mnk))
 
 
-def _check_sharding(dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape) -> None:
+def check_sharding(dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape) -> None:
     why = sharding_violation(dataflow, m, n, k, mesh)
     if why is not None:
         raise InfeasibleError(f"{dataflow.value} on {mesh}: {why}")
 
 
-def _estimate(
+def estimate(
     total_s: float,
     compute_s: float,
     comm: CommCost,
@@ -126,19 +126,19 @@ def _estimate(
     )
 
 
-def _logical(mesh: MeshShape, comm: CommModel, transposed: bool) -> tuple[MeshShape, CommModel]:
+def logical_mesh(mesh: MeshShape, comm: CommModel, transposed: bool) -> tuple[MeshShape, CommModel]:
     return (mesh.transposed(), comm.swapped_axes()) if transposed else (mesh, comm)
 
 
-def _collective(mv: _Move, comm: CommModel) -> CommCost:
+def move_cost(mv: Move, comm: CommModel) -> CommCost:
     return ring_collective_cost(comm.link(mv.op, mv.axis), mv.ring, mv.shard_bytes)
 
 
-def _call(mv: _Move) -> CollectiveCall:
+def move_call(mv: Move) -> CollectiveCall:
     return CollectiveCall(mv.op, mv.axis, mv.ring, mv.shard_bytes, 1)
 
 
-def _hop(comm: CommModel, axis: Axis) -> LinkParams:
+def hop_link(comm: CommModel, axis: Axis) -> LinkParams:
     return comm.link(CollectiveOp.SEND_RECV, axis)
 
 

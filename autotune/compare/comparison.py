@@ -16,22 +16,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from autotune.dataflow import Stationary, output_state, table1
 from autotune.errors import InputError, NoFeasiblePlanError
-from autotune.layers import ATTN_OUT, FFN_DOWN, QKV, FCLayer, fc_layers
-from autotune.results import PlanResult
-from autotune.search import MeshEvaluator, SearchContext, mesh_shapes, plan, search_context
+from autotune.plan.dataflow import Stationary, output_state, table1
+from autotune.plan.layers import ATTN_OUT, FFN_DOWN, QKV, FCLayer, fc_layers
+from autotune.plan.results import PlanResult
+from autotune.plan.search import MeshEvaluator, SearchContext, mesh_shapes, plan, search_context
 from autotune.specs.plan_input import DataflowPolicy, PlanInput
 from cost_models import MeshShape, TimeBreakdown, transpose_cost
-from cost_models.baselines import (
-    InfeasibleError,
-    cannon_gemm,
-    collective_gemm,
-    summa_gemm,
-    summa_packet_counts,
-    wang_gemm,
-)
-from cost_models.baselines_1d import fsdp_gemm, one_d_tp_gemm
+from cost_models.baselines.cannon import cannon_gemm
+from cost_models.baselines.collective import collective_gemm
+from cost_models.baselines.common import InfeasibleError
+from cost_models.baselines.fsdp import fsdp_gemm
+from cost_models.baselines.one_d import one_d_tp_gemm
+from cost_models.baselines.summa import summa_gemm, summa_packet_counts
+from cost_models.baselines.wang import wang_gemm
 
 DEFAULT_CHIP_COUNTS = (16, 32, 64, 128, 256)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.dataflow import GemmShape, Stationary, TensorLayout
-from autotune.layers import FCLayer
-from autotune.phase1 import Transpose
+from autotune.plan.dataflow import GemmShape, Stationary, TensorLayout
+from autotune.plan.layers import FCLayer
+from autotune.plan.phase1 import Transpose
 from autotune.specs.plan_input import DataflowPolicy, PlanInput
 from cost_models import GemmEstimate, MeshShape, TimeBreakdown
 

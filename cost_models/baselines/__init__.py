@@ -1,6 +1,8 @@
-"""The 2D GEMM algorithms MeshSlice is compared with (seed 000 sections 2.3
+"""The GEMM algorithms MeshSlice is compared with (seed 000 sections 2.3
 and 5; model.md section 7): Collective 2D GEMM, Wang et al., SUMMA and
-Cannon, on the same calibrated cost model as MeshSlice.
+Cannon (one module each), and the 1D baselines (`one_d`: Megatron 1D tensor
+parallelism, `fsdp`), on the same calibrated cost model as MeshSlice;
+`common` holds the shared schedule helpers, `ring` the 1D ring link model.
 
 Conventions (shared with cost_models.meshslice):
 
@@ -25,20 +27,3 @@ Conventions (shared with cost_models.meshslice):
   that does not split evenly) raises :class:`InfeasibleError` carrying the
   reason; callers record it as an infeasible result.
 """
-
-from __future__ import annotations
-
-from cost_models.baseline_cannon import cannon_gemm
-from cost_models.baseline_collective import collective_gemm, wang_gemm
-from cost_models.baseline_common import InfeasibleError
-from cost_models.baseline_summa import best_packet_count, summa_gemm, summa_packet_counts
-
-__all__ = [
-    "InfeasibleError",
-    "best_packet_count",
-    "cannon_gemm",
-    "collective_gemm",
-    "summa_gemm",
-    "summa_packet_counts",
-    "wang_gemm",
-]

@@ -7,7 +7,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from autotune.results import PlanResult, breakdown_shares
+from autotune.plan.results import PlanResult, breakdown_shares
 
 _PASS_LABEL = {"forward": "fwd", "backward_data": "bwd-data", "backward_weight": "bwd-weight"}
 
