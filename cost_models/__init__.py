@@ -8,7 +8,12 @@ from cost_models.collectives import (
     ring_collective_terms,
     send_recv_cost,
 )
-from cost_models.compute import ComputeModel, gemm_flops, saturating_efficiency
+from cost_models.compute import (
+    ComputeModel,
+    gemm_flops,
+    roofline_gemm_s,
+    saturating_efficiency,
+)
 from cost_models.meshslice import (
     Dataflow,
     collective_calls,
@@ -52,6 +57,7 @@ __all__ = [
     "meshslice_times",
     "pipelined_broadcast_cost",
     "ring_collective_cost",
+    "roofline_gemm_s",
     "ring_collective_s",
     "ring_collective_terms",
     "saturating_efficiency",

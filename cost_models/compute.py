@@ -45,23 +45,65 @@ def saturating_efficiency(
     return max_efficiency * (m / (m + m_half)) * (n / (n + n_half)) * (k / (k + k_half))
 
 
+def roofline_gemm_s(
+    m: ArrayLike,
+    n: ArrayLike,
+    k: ArrayLike,
+    ceiling_flops_per_s: float,
+    hbm_bytes_per_s: float | None,
+    element_bytes: float,
+) -> np.ndarray:
+    """The fastest a local GEMM can run on a chip: its roofline.
+
+    Formula (hardware.md section 3; Williams et al., "Roofline", CACM 2009)::
+
+        t >= max(2 m n k / ceiling_flops_per_s,
+                 (m k + k n + m n) * element_bytes / hbm_bytes_per_s)
+
+    The first term is the arithmetic at the chip's peak, the second reads
+    both operands and writes the result once over HBM. Seconds; dimensions
+    in elements; the memory term is left out when `hbm_bytes_per_s` is None.
+    """
+    m = np.asarray(m, dtype=float)
+    n = np.asarray(n, dtype=float)
+    k = np.asarray(k, dtype=float)
+    bound = gemm_flops(m, n, k) / ceiling_flops_per_s
+    if hbm_bytes_per_s is not None:
+        bound = np.maximum(bound, (m * k + k * n + m * n) * element_bytes / hbm_bytes_per_s)
+    return bound
+
+
 @dataclass(frozen=True)
 class ComputeModel:
     """Local GEMM time on one chip: peak rate times a shape-dependent
-    efficiency (constant when every `*_half` is zero)."""
+    efficiency (constant when every `*_half` is zero), optionally bounded by
+    the chip's roofline and held flat beyond the measured shapes."""
 
     peak_flops_per_s: float
     max_efficiency: float = 1.0
     m_half: float = 0.0
     n_half: float = 0.0
     k_half: float = 0.0
+    #: the chip's peak FLOP/s: no GEMM is predicted faster (None: no ceiling)
+    ceiling_flops_per_s: float | None = None
+    #: HBM bytes/s for the memory roofline (None: no memory term)
+    hbm_bytes_per_s: float | None = None
+    element_bytes: float = 2.0
+    #: largest (m, n, k) measured: beyond it the efficiency stays at its value there
+    max_dims: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         assert self.peak_flops_per_s > 0 and 0 < self.max_efficiency <= 1.0
         assert min(self.m_half, self.n_half, self.k_half) >= 0
 
     def efficiency(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
-        """:func:`saturating_efficiency` with this model's parameters."""
+        """:func:`saturating_efficiency` with this model's parameters, each
+        dimension capped at `max_dims` when set (a shape larger than any
+        measured is assumed no more efficient than the largest measured)."""
+        if self.max_dims is not None:
+            m = np.minimum(m, self.max_dims[0])
+            n = np.minimum(n, self.max_dims[1])
+            k = np.minimum(k, self.max_dims[2])
         return saturating_efficiency(
             m, n, k, self.max_efficiency, self.m_half, self.n_half, self.k_half
         )
@@ -69,15 +111,24 @@ class ComputeModel:
     def gemm_s(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
         """Seconds for one local GEMM.
 
-        Formula (seed 000 section 3.2.2; model.md section 5)::
+        Formula (seed 000 section 3.2.2; model.md section 5; roofline of
+        :func:`roofline_gemm_s` when a ceiling is set)::
 
-            t = 2 * m * n * k / (peak_flops_per_s * eff(m, n, k))
+            t = max(2 * m * n * k / (peak_flops_per_s * eff(m, n, k)), roofline)
 
         Dimensions in elements; a GEMM with a zero dimension takes no time.
+        Without a ceiling (every calibration written before rooflines) the
+        result is the first term alone, unchanged.
         """
         flops = gemm_flops(m, n, k)
         eff = self.efficiency(np.maximum(m, 1), np.maximum(n, 1), np.maximum(k, 1))
-        return flops / (self.peak_flops_per_s * eff)
+        t = flops / (self.peak_flops_per_s * eff)
+        if self.ceiling_flops_per_s is None:
+            return t
+        bound = roofline_gemm_s(
+            m, n, k, self.ceiling_flops_per_s, self.hbm_bytes_per_s, self.element_bytes
+        )
+        return np.maximum(t, bound)
 
     @property
     def effective_flops_per_s(self) -> float:

@@ -191,10 +191,27 @@ def _piece(op: CollectiveOp, size_bytes: int, num_ranks: int) -> tuple[int, floa
 
 
 def _time_us(cells: list[str], columns: list[str], *, file: str, line: int) -> float | None:
-    """The out-of-place time, or the in-place one when that is N/A."""
+    """The smaller of the out-of-place and in-place times (both time the
+    same collective moving the same bytes; a spike in one of them is
+    interference), skipping N/A cells and groups flagged wrong."""
+    times = []
+    time_cols = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
+    for group in range(len(time_cols)):
+        value = _group_time_us(cells, columns, group, file=file, line=line)
+        if value is not None:
+            times.append(value)
+    return min(times) if times else None
+
+
+def _group_time_us(
+    cells: list[str], columns: list[str], only: int, *, file: str, line: int
+) -> float | None:
+    """The time of one column group (0 out-of-place, 1 in-place)."""
     time_cols = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
     wrong_cols = [i for i, c in enumerate(columns) if c in ("#wrong", "error")]
     for group, i in enumerate(time_cols):
+        if group != only:
+            continue
         text = cells[i]
         if text.upper() == "N/A":
             continue

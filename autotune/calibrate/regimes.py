@@ -43,8 +43,10 @@ TOP_SIZES = 3
 MAX_REGIMES = 6
 #: relative error beyond which a point's squared error stops growing in the segmentation
 TRUNCATE = 0.3
-#: a larger K must cut the cross-validated median error by this fraction to be chosen
-MIN_GAIN = 0.15
+#: regimes must cut the line's cross-validated median error by this fraction to be chosen
+MIN_GAIN = 0.3
+#: and each further regime must cut the best so far by this fraction
+MIN_EXTRA_GAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -189,15 +191,21 @@ def choose_regime_count(
     ring: np.ndarray, shard: np.ndarray, t: np.ndarray
 ) -> tuple[int, np.ndarray]:
     """K with the least median leave-one-size-out error, and that K's
-    errors; a larger K must beat the smaller by MIN_GAIN (relative) to be
-    chosen, so a straight-line curve keeps one regime."""
+    errors. Regimes must beat the straight line by MIN_GAIN (relative), so
+    a straight-line curve with noise keeps one regime; each further regime
+    must beat the best so far by MIN_EXTRA_GAIN."""
     by_count = leave_size_out_errors(ring, shard, t, tuple(range(1, MAX_REGIMES + 1)))
-    chosen, chosen_err = 1, None
+    if 1 not in by_count:
+        return 1, np.array([])
+    line_err = float(np.median(by_count[1]))
+    chosen, chosen_err = 1, line_err
     for k in sorted(by_count):
         err = float(np.median(by_count[k]))
-        if chosen_err is None or err < chosen_err * (1.0 - MIN_GAIN):
+        # regimes must beat the line clearly; then each extra regime must still help
+        gain = MIN_GAIN if chosen == 1 else MIN_EXTRA_GAIN
+        if k > 1 and err < chosen_err * (1.0 - gain):
             chosen, chosen_err = k, err
-    return chosen, by_count.get(chosen, np.array([]))
+    return chosen, by_count[chosen]
 
 
 def with_top_regime(

@@ -37,10 +37,19 @@ def compute_model(calibration: CalibrationSpec) -> ComputeModel:
     curve when the calibration has one."""
     c = calibration.compute
     curve = c.efficiency_curve
+    max_dims = curve.max_dims if curve and curve.max_dims else None
     return ComputeModel(
         peak_flops_per_s=c.effective_flops_per_s,
         max_efficiency=1.0,
         m_half=curve.m_half if curve else 0.0,
         n_half=curve.n_half if curve else 0.0,
         k_half=curve.k_half if curve else 0.0,
+        ceiling_flops_per_s=c.peak_flops_per_s,
+        hbm_bytes_per_s=c.hbm_bytes_per_s,
+        element_bytes=DTYPE_BYTES.get(c.dtype, 2.0),
+        max_dims=(max_dims[0], max_dims[1], max_dims[2]) if max_dims else None,
     )
+
+
+#: bytes per element of the dtypes a calibration names
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "tf32": 4.0}

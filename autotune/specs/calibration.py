@@ -70,6 +70,14 @@ class CollectiveFit(Spec):
     model: str | None = Field(
         default=None, description="linear (one straight line) or regimes (one line per size range)."
     )
+    shard_bytes_min: float | None = Field(
+        default=None, gt=0, description="Smallest per-chip piece measured, bytes."
+    )
+    shard_bytes_max: float | None = Field(
+        default=None,
+        gt=0,
+        description="Largest per-chip piece measured, bytes; larger pieces are extrapolated.",
+    )
     resource: str | None = Field(
         default=None,
         description="What the measured rings crossed: intra_node (one host) or scale_out "
@@ -136,6 +144,11 @@ class EfficiencyCurve(Spec):
     m_half: float = Field(ge=0, description="Rows at which the M factor is one half.")
     n_half: float = Field(ge=0, description="Columns at which the N factor is one half.")
     k_half: float = Field(ge=0, description="Contraction size at which the K factor is one half.")
+    max_dims: list[float] | None = Field(
+        default=None,
+        description="Largest m, n, k measured; beyond them the efficiency is held at its "
+        "value there (a conservative extrapolation). Omitted: the curve applies everywhere.",
+    )
 
 
 class ComputeSpec(Spec):
@@ -148,6 +161,18 @@ class ComputeSpec(Spec):
     )
     fit: dict[str, float | int | str | None] | None = Field(
         default=None, description="Fit quality of the compute model, when fitted."
+    )
+    peak_flops_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="The chip's peak for dtype (roofline ceiling): no GEMM is predicted "
+        "faster. Omitted: no ceiling.",
+    )
+    hbm_bytes_per_s: float | None = Field(
+        default=None, gt=0, description="HBM bandwidth for the memory roofline, bytes/s."
+    )
+    source: str | None = Field(
+        default=None, description="Where the rate comes from when it was not fitted."
     )
 
 
