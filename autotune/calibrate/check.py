@@ -77,7 +77,7 @@ def check(
     from autotune.hardware.calibration import DTYPE_BYTES, comm_model, compute_model
 
     comm = comm_model(calibration)
-    compute = compute_model(calibration)
+    compute = compute_model(calibration) if calibration.compute is not None else None
     rows: list[CheckRow] = []
     for path in paths:
         parsed = read_input(path, axes)
@@ -118,6 +118,21 @@ def check(
             )
         for g in parsed.gemms:
             what = f"gemm {g.m}x{g.n}x{g.k} {g.dtype}"
+            if compute is None or calibration.compute is None:
+                rows.append(
+                    CheckRow(
+                        g.file,
+                        g.line,
+                        "gemm",
+                        what,
+                        g.seconds,
+                        None,
+                        None,
+                        False,
+                        "the calibration has no compute entry",
+                    )
+                )
+                continue
             if g.dtype != calibration.compute.dtype:
                 rows.append(
                     CheckRow(

@@ -252,13 +252,20 @@ def build_result(
             f"{rate / 1e12:.0f} TFLOP/s ({chip.figures.value}); real GEMMs reach less: "
             "measure them (meshtune bench) for a fitted curve"
         )
-    else:
+    elif not comm_fits:
         raise InputError(
-            "no gemm rows in the inputs and no chip known, and a calibration needs a "
-            f"compute rate ({chip_reason})",
+            f"the inputs measure nothing a calibration holds: no gemm rows, no collective "
+            f"fits, and no chip known ({chip_reason})",
             field="compute",
             fix="pass --chip PRESET (see meshtune presets), add gemm rows (meshtune bench), "
             "or pass --base CAL to keep its compute entry",
+        )
+    else:
+        compute = None
+        warnings.append(
+            f"compute: no gemm rows and no chip preset ({chip_reason}), so the calibration "
+            "has no compute entry; meshtune plan will use the cluster's nominal peak and say "
+            "so; pass --chip PRESET or add gemm rows"
         )
     for entry in kept:
         warnings.append(f"{entry}: taken unchanged from --base {base_ref}, not measured")

@@ -32,10 +32,16 @@ def comm_model(calibration: CalibrationSpec) -> CommModel:
     return CommModel(params)
 
 
-def compute_model(calibration: CalibrationSpec) -> ComputeModel:
+def compute_model(
+    calibration: CalibrationSpec, fallback_peak_flops_per_s: float | None = None
+) -> ComputeModel:
     """The local GEMM model: the effective rate, shaped by the efficiency
     curve when the calibration has one."""
     c = calibration.compute
+    if c is None:
+        # a calibration of links only: the caller's nominal peak (it warns)
+        assert fallback_peak_flops_per_s is not None, "no compute entry and no fallback peak"
+        return ComputeModel(peak_flops_per_s=fallback_peak_flops_per_s)
     curve = c.efficiency_curve
     max_dims = curve.max_dims if curve and curve.max_dims else None
     return ComputeModel(

@@ -56,7 +56,9 @@ def search_context(inp: PlanInput) -> SearchContext:
     slowdown = inp.cluster.overlap_slowdown
     return SearchContext(
         comm=comm_model(inp.calibration),
-        compute=compute_model(inp.calibration),
+        compute=compute_model(
+            inp.calibration, inp.cluster.peak_flops_per_s(inp.training.dtype.value)
+        ),
         element_bytes=inp.training.dtype.num_bytes,
         block=inp.cluster.block_size,
         overlap_slowdown=slowdown if slowdown is not None else inp.calibration.overlap_slowdown,
@@ -88,7 +90,21 @@ def check_calibration(inp: PlanInput) -> tuple[str, ...]:
             "dataflow choices that need a transpose are not considered"
         )
     dtype = inp.training.dtype.value
-    if inp.calibration.compute.dtype != dtype:
+    if inp.calibration.compute is None:
+        peak = inp.cluster.peak_flops_per_s(dtype)
+        if peak is None:
+            raise InputError(
+                f"has no compute entry and cluster {inp.cluster.name} gives no "
+                f"peak_tflops_per_s for {dtype}",
+                file=where,
+                field="compute",
+                fix="recalibrate with GEMM rows or --chip, or give the cluster's peak",
+            )
+        warnings.append(
+            f"calibration {inp.calibration.name} has no compute entry: compute times use "
+            f"cluster {inp.cluster.name}'s nominal {dtype} peak {peak / 1e12:.0f} TFLOP/s"
+        )
+    elif inp.calibration.compute.dtype != dtype:
         warnings.append(
             f"the calibration's compute rate was measured for {inp.calibration.compute.dtype} "
             f"but training uses {dtype}: compute times assume the measured rate"

@@ -216,7 +216,11 @@ class CalibrationSpec(Spec):
     collectives: dict[str, dict[str, LinkSpec]] = Field(
         description="operation -> mesh axis (row, col) -> link parameters."
     )
-    compute: ComputeSpec = Field(description="Local GEMM throughput.")
+    compute: ComputeSpec | None = Field(
+        default=None,
+        description="Local GEMM throughput; null when the inputs had no GEMM rows and named "
+        "no known chip (meshtune plan then uses the cluster's nominal peak, with a warning).",
+    )
     overlap_slowdown: float = Field(
         default=1.0, ge=1.0, description="Compute slowdown while communication overlaps it."
     )
