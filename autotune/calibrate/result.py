@@ -252,7 +252,7 @@ def build_result(
             f"{rate / 1e12:.0f} TFLOP/s ({chip.figures.value}); real GEMMs reach less: "
             "measure them (meshtune bench) for a fitted curve"
         )
-    elif not comm_fits:
+    elif not any(f.usable for f in comm_fits):
         raise InputError(
             f"the inputs measure nothing a calibration holds: no gemm rows, no collective "
             f"fits, and no chip known ({chip_reason})",
