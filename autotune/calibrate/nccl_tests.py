@@ -52,8 +52,10 @@ _INT_ARG = r"[= ]\s*(\d+)\b"
 _PROCS_RE = re.compile(r"(?:^|\s)(?:-np|-n|--np|--n|--ntasks)" + _INT_ARG)
 #: torchrun-style per-node process count, and node counts
 _PER_NODE_RE = re.compile(r"(?:^|\s)--nproc[_-]per[_-]node" + _INT_ARG)
-_NNODES_RE = re.compile(r"(?:^|\s)(?:--nnodes|--nodes|-N)" + _INT_ARG)
+_NNODES_RE = re.compile(r"(?:^|\s)(?:--nnodes|--nodes)" + _INT_ARG)
 _NPERNODE_RE = re.compile(r"(?:^|\s)(?:-npernode|--npernode|--ntasks-per-node)" + _INT_ARG)
+#: `-N` is the node count for srun but the processes per node for Open MPI's mpirun
+_DASH_N_RE = re.compile(r"(?:^|\s)-N" + _INT_ARG)
 _HOSTS_RE = re.compile(r"(?:^|\s)(?:-H|--host|-host)\s+(\S+)")
 #: nccl-tests' own options after the binary: GPUs per thread, threads per process
 _GPUS_RE = re.compile(r"(?:^|\s)(?:-g|--ngpus)" + _INT_ARG)
@@ -123,6 +125,11 @@ def _launch_from_command(command: str, threads_gpus: tuple[int, int] | None) -> 
     nodes_m = _NNODES_RE.search(launcher)
     hosts_m = _HOSTS_RE.search(launcher)
     npernode_m = _NPERNODE_RE.search(launcher)
+    dash_n = _DASH_N_RE.search(launcher)
+    if dash_n and re.search(r"\bsrun\b", launcher):
+        nodes_m = nodes_m or dash_n
+    elif dash_n:
+        npernode_m = npernode_m or dash_n
     hosts: int | None = None
     if hosts_m:
         hosts = len([h for h in hosts_m.group(1).split(",") if h])
