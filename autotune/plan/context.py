@@ -115,7 +115,21 @@ def check_calibration(inp: PlanInput) -> tuple[str, ...]:
             "`meshtune calibrate` before trusting absolute times"
         )
     dtype = inp.training.dtype.value
-    if inp.calibration.compute.dtype != dtype:
+    if inp.calibration.compute is None:
+        peak = plan_cluster(inp).peak_flops_per_s(dtype)
+        if peak is None:
+            raise InputError(
+                f"has no compute entry and cluster {inp.cluster.name} gives no "
+                f"peak_tflops_per_s for {dtype}",
+                file=inp.calibration_ref or inp.calibration.name,
+                field="compute",
+                fix="recalibrate with GEMM rows or --chip, or give the cluster's peak",
+            )
+        warnings.append(
+            f"calibration {inp.calibration.name} has no compute entry: compute times use "
+            f"cluster {inp.cluster.name}'s nominal {dtype} peak {peak / 1e12:.0f} TFLOP/s"
+        )
+    elif inp.calibration.compute.dtype != dtype:
         warnings.append(
             f"the calibration's compute rate was measured for {inp.calibration.compute.dtype} "
             f"but training uses {dtype}: compute times assume the measured rate"

@@ -19,6 +19,33 @@ AXIS_KEYS = ("row", "col")
 RESOURCE_KEYS = ("torus", "switched", "fully_connected", "scale_out")
 
 
+class CrossValidation(Spec):
+    """Prediction errors on measurements the fit did not see (relative,
+    |predicted - measured| / measured)."""
+
+    interpolation_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median error, each inner size left out in turn."
+    )
+    interpolation_p90_rel_error: float | None = Field(
+        default=None, ge=0, description="90th percentile of the same errors."
+    )
+    interpolation_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst of the same errors."
+    )
+    extrapolation_cut_shard_bytes: float | None = Field(
+        default=None, gt=0, description="Fitted on pieces up to this size, predicted the larger."
+    )
+    extrapolation_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median error on the pieces above the cut."
+    )
+    extrapolation_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst error on the pieces above the cut."
+    )
+    note: str | None = Field(
+        default=None, description="What could not be cross-validated, and why."
+    )
+
+
 class CollectiveFit(Spec):
     """How well a collective's linear model fits its measurements."""
 
@@ -48,15 +75,74 @@ class CollectiveFit(Spec):
     combined_latency_s_stderr: float | None = Field(
         default=None, ge=0, description="1-sigma of combined_latency_s."
     )
+    model: str | None = Field(
+        default=None, description="linear (one straight line) or regimes (one line per size range)."
+    )
+    shard_bytes_min: float | None = Field(
+        default=None, gt=0, description="Smallest per-chip piece measured, bytes."
+    )
+    shard_bytes_max: float | None = Field(
+        default=None,
+        gt=0,
+        description="Largest per-chip piece measured, bytes; larger pieces are extrapolated.",
+    )
+    resource: str | None = Field(
+        default=None,
+        description="What the measured rings crossed: intra_node (one host) or scale_out "
+        "(several hosts); null for benchmark CSV rows.",
+    )
+    cross_validation: CrossValidation | None = Field(
+        default=None, description="Errors on measurements left out of the fit."
+    )
+    outliers: list[str] = Field(
+        default_factory=list,
+        description="Measurements set aside by the robust fit, as FILE:LINE (relative error).",
+    )
+
+
+class RegimeSpec(Spec):
+    """One size regime of a collective: the linear model for per-chip
+    pieces above the previous regime's bound up to `max_shard_bytes`."""
+
+    max_shard_bytes: float | None = Field(
+        gt=0, description="Largest per-chip piece (bytes) of the regime; null for the last one."
+    )
+    launch_s: float = Field(ge=0, description="Launch overhead in this regime, seconds.")
+    sync_s: float = Field(ge=0, description="Per-step synchronisation latency here, seconds.")
+    link_bytes_per_s: float = Field(gt=0, description="Per-step link bandwidth here, bytes/s.")
 
 
 class LinkSpec(Spec):
-    """Linear model `t = launch_s + (P-1) * (sync_s + shard_bytes / link_bytes_per_s)`."""
+    """Model `t = launch_s + (P-1) * (sync_s + shard_bytes / link_bytes_per_s)`,
+    one straight line, or one line per size regime when `regimes` is given
+    (the plain fields then repeat the last, large-message regime)."""
 
     launch_s: float = Field(ge=0, description="Fixed launch overhead per collective, seconds.")
     sync_s: float = Field(ge=0, description="Synchronisation latency per ring step, seconds.")
     link_bytes_per_s: float = Field(gt=0, description="Effective per-step link bandwidth, bytes/s.")
+    regimes: list[RegimeSpec] | None = Field(
+        default=None,
+        description="Size regimes in increasing order (NCCL protocol/channel switches); "
+        "omitted means one straight line for every size.",
+    )
     fit: CollectiveFit | None = Field(default=None, description="Fit quality, when fitted.")
+
+    @model_validator(mode="after")
+    def _check_regimes(self) -> LinkSpec:
+        if not self.regimes:
+            return self
+        bounds = [r.max_shard_bytes for r in self.regimes]
+        if bounds[-1] is not None or any(b is None for b in bounds[:-1]):
+            raise ValueError(
+                "regimes: only the last regime has max_shard_bytes null; "
+                "fix: write the calibration with `meshtune calibrate`"
+            )
+        finite = [b for b in bounds if b is not None]
+        if finite != sorted(finite) or len(set(finite)) != len(finite):
+            raise ValueError(
+                "regimes: max_shard_bytes must increase; fix: sort the regimes by size"
+            )
+        return self
 
 
 class EfficiencyCurve(Spec):
@@ -66,6 +152,11 @@ class EfficiencyCurve(Spec):
     m_half: float = Field(ge=0, description="Rows at which the M factor is one half.")
     n_half: float = Field(ge=0, description="Columns at which the N factor is one half.")
     k_half: float = Field(ge=0, description="Contraction size at which the K factor is one half.")
+    max_dims: list[float] | None = Field(
+        default=None,
+        description="Largest m, n, k measured; beyond them the efficiency is held at its "
+        "value there (a conservative extrapolation). Omitted: the curve applies everywhere.",
+    )
 
 
 class ComputeSpec(Spec):
@@ -79,6 +170,18 @@ class ComputeSpec(Spec):
     fit: dict[str, float | int | str | None] | None = Field(
         default=None, description="Fit quality of the compute model, when fitted."
     )
+    peak_flops_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="The chip's peak for dtype (roofline ceiling): no GEMM is predicted "
+        "faster. Omitted: no ceiling.",
+    )
+    hbm_bytes_per_s: float | None = Field(
+        default=None, gt=0, description="HBM bandwidth for the memory roofline, bytes/s."
+    )
+    source: str | None = Field(
+        default=None, description="Where the rate comes from when it was not fitted."
+    )
 
 
 class SourceFile(Spec):
@@ -91,6 +194,24 @@ class SourceFile(Spec):
     description: str | None = Field(
         default=None, description="What the file measured, e.g. test, ranks, hosts and GPU."
     )
+
+
+class ExpectedError(Spec):
+    """Summary of the cross-validated errors of a calibration."""
+
+    collective_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median held-out error over the collective fits."
+    )
+    collective_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst held-out error over the collective fits."
+    )
+    compute_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median held-out error of the GEMM model."
+    )
+    compute_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst held-out error of the GEMM model."
+    )
+    basis: str = Field(description="How the numbers were obtained.")
 
 
 class CalibrationSpec(Spec):
@@ -111,7 +232,11 @@ class CalibrationSpec(Spec):
         description="nominal (data sheet x a stated efficiency) or fitted (from measurements); "
         "omitted in files written before this field existed.",
     )
-    compute: ComputeSpec = Field(description="Local GEMM throughput.")
+    compute: ComputeSpec | None = Field(
+        default=None,
+        description="Local GEMM throughput; null when the inputs had no GEMM rows and named "
+        "no known chip (meshtune plan then uses the cluster's nominal peak, with a warning).",
+    )
     overlap_slowdown: float = Field(
         default=1.0, ge=1.0, description="Compute slowdown while communication overlaps it."
     )
@@ -123,6 +248,25 @@ class CalibrationSpec(Spec):
     kept_from_base: list[str] = Field(
         default_factory=list,
         description="Entries copied unchanged from base_calibration (e.g. send_recv.row, compute).",
+    )
+    chip: str | None = Field(
+        default=None,
+        description="Chip preset the calibration describes (named by --cluster or matched "
+        "from the device lines of the logs); null when unknown.",
+    )
+    derived: list[str] = Field(
+        default_factory=list,
+        description="Entries derived from other measured entries, each with how "
+        "(e.g. all_gather.row from all_reduce.row).",
+    )
+    from_preset: list[str] = Field(
+        default_factory=list,
+        description="Entries taken from the chip preset because no input measured them.",
+    )
+    expected_error: ExpectedError | None = Field(
+        default=None,
+        description="Cross-validated relative error a prediction from this calibration "
+        "should expect (shown by meshtune plan next to predicted times).",
     )
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
