@@ -211,3 +211,22 @@ def test_roofline_from_presets_never_beats_peak(cluster) -> None:
         t = float(model.gemm_s(m, n, k))
         assert t >= 2 * m * n * k / c.peak_flops_per_s("bf16")
         assert t >= (m * k + k * n + m * n) * 2 / c.hbm_bytes_per_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lat=st.tuples(st.floats(0, 1e-3), st.floats(0, 1e-3)),
+    xfer=st.tuples(st.floats(0, 1e-2), st.floats(0, 1e-2)),
+)
+def test_shared_resource_adds_separate_overlaps(lat, xfer) -> None:
+    from cost_models import CommModel
+    from cost_models.concurrency import concurrent_s
+
+    calls = [(Axis.ROW, lat[0], xfer[0]), (Axis.COL, lat[1], xfer[1])]
+    alone = [lat[0] + xfer[0], lat[1] + xfer[1]]
+    separate = float(concurrent_s(calls, CommModel({})))
+    shared = float(concurrent_s(calls, CommModel({}, {Axis.ROW: "sw", Axis.COL: "sw"})))
+    assert separate == pytest.approx(max(alone))
+    assert shared >= separate - 1e-15
+    assert shared >= min(lat) + sum(xfer) - 1e-15
+    assert shared <= sum(alone) + 1e-15
