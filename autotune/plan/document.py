@@ -166,7 +166,7 @@ def to_document(result: PlanResult, job: JobResult) -> PlanDocument:
             plan_file=inp.source_file,
             model=inp.model.model_dump(mode="json"),
             training=inp.training.model_dump(mode="json"),
-            cluster=inp.cluster.model_dump(mode="json"),
+            cluster=inp.cluster.document(),
             cluster_ref=inp.cluster_ref,
             calibration=_calibration_ref(result),
             search=inp.search.model_dump(mode="json"),
