@@ -10,9 +10,8 @@ from autotune.job.hardware import JobHardware
 from autotune.job.result import LayerTimes
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
 from autotune.specs.training import AttentionKernel, Recompute, TrainingSpec
-from cost_models import CollectiveOp, ring_collective_s
+from cost_models import Axis, CollectiveOp, ring_collective_s
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
-from cost_models.baselines.ring import ring_link
 from cost_models.elementwise import (
     block_elementwise_ops,
     elementwise_s,
@@ -196,8 +195,9 @@ def ends(model: ModelSpec, training: TrainingSpec, hw: JobHardware, sh: StepShap
     comm = 0.0
     if ring > 1:
         shard = n * h * e / ring
-        rs = float(ring_collective_s(ring_link(hw.comm, CollectiveOp.REDUCE_SCATTER), ring, shard))
-        ag = float(ring_collective_s(ring_link(hw.comm, CollectiveOp.ALL_GATHER), ring, shard))
+        rs_link = hw.comm.link(CollectiveOp.REDUCE_SCATTER, Axis.COL)
+        rs = float(ring_collective_s(rs_link, ring, shard))
+        ag = float(ring_collective_s(hw.comm.link(CollectiveOp.ALL_GATHER, Axis.COL), ring, shard))
         comm = rs + ag
     head_f = n * (2 + (2 if learned else 0)) * e * h / bw + (comm / 2)
     head_b = n * 3 * e * h / ring / bw + (comm / 2)

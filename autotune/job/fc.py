@@ -12,9 +12,9 @@ from autotune.job.hardware import JobHardware
 from autotune.plan.dataflow import GemmPass, Stationary, table1
 from autotune.plan.layers import ATTN_OUT, FFN_DOWN, FCLayer
 from autotune.plan.results import PlanResult
-from cost_models import GemmEstimate
+from cost_models import GemmEstimate, MeshShape
+from cost_models.baselines.collective import collective_gemm
 from cost_models.baselines.common import InfeasibleError
-from cost_models.baselines.one_d import one_d_tp_gemm
 
 
 @dataclass(frozen=True)
@@ -57,21 +57,23 @@ def meshslice_fc(result: PlanResult) -> FcTimes:
 
 
 def megatron_fc(layers: Sequence[FCLayer], tp: int, hw: JobHardware, element_bytes: int) -> FcTimes:
-    """Megatron 1D TP with sequence parallelism on a ring of `tp` chips:
+    """Megatron 1D TP with sequence parallelism on the `1 x tp` mesh (the
+    Collective 2D GEMM on it, as cost_models.baselines.one_d prices it, but
+    with the links `hw.comm` places on the cluster: NVSwitch on a GPU node):
     column-parallel layers (QKV, FFN gate/up) keep Y stationary, row-parallel
-    ones (attention output, FFN down) keep X stationary (cost_models
-    .baselines.one_d). Blocking collectives; the gathered input is one buffer."""
+    ones (attention output, FFN down) keep X stationary. Blocking
+    collectives; the gathered input is one buffer."""
     pairs = []
     for layer in layers:
         st = Stationary.X if layer.name in (ATTN_OUT, FFN_DOWN) else Stationary.Y
         for shape in table1(layer, st, False):
             try:
-                est = one_d_tp_gemm(
+                est = collective_gemm(
                     shape.dataflow,
                     shape.m,
                     shape.n,
                     shape.k,
-                    tp,
+                    MeshShape(1, tp),
                     element_bytes,
                     hw.comm,
                     hw.gemm,

@@ -164,7 +164,7 @@ def plan_job(inp: PlanInput, result: PlanResult, check_memory: bool = True) -> J
     NoFeasiblePlanError naming the stage and the shortfall when a stage does
     not fit (unless `check_memory` is False)."""
     _check_layers(inp)
-    hw, warnings = job_hardware(inp)
+    hw, warnings = job_hardware(inp, result.mesh)
     m, t = inp.model, inp.training
     tp, pp, v = result.tp_chips, t.pipeline_parallel, t.interleave
     meshslice = t.fc_algorithm is FcAlgorithm.MESHSLICE
