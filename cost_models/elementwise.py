@@ -12,12 +12,12 @@ and writes).
 | op | forward bytes | backward bytes |
 |---|---|---|
 | norm (x2) | read h, write h: `2 e h` | read x, dy, write dx: `3 e h` |
-| residual add (x2) | read 2h, write h: `3 e h` | the branch gradients meet where the residual forks: `3 e h` |
-| dropout after a projection (x2) | read h, write h and mask: `(2 e + 1) h` | read dy and mask, write dx: `(2 e + 1) h` |
+| residual add (x2) | read 2h, write h: `3 e h` | gradients summed at the fork: `3 e h` |
+| dropout (x2) | read h, write h and mask: `(2e+1) h` | dy, mask in, dx out: `(2e+1) h` |
 | rotary on Q and K | read and write `q + kv`: `2 e (q + kv)` | same |
 | activation (GELU) | read F, write F: `2 e F` | read x, dy, write dx: `3 e F` |
 | activation (SwiGLU) | read 2F, write F: `3 e F` | read gate, up, dy, write 2 grads: `5 e F` |
-| softmax (unfused attention) | read and write `nh s`: `2 e nh s` | read y, dy, write dx: `3 e nh s` |
+| softmax (unfused) | read and write `nh s`: `2 e nh s` | read y, dy, write dx: `3 e nh s` |
 | attention dropout (unfused) | `(2 e + 1) nh s` | `(2 e + 1) nh s` |
 
 A flash-attention kernel does the softmax and attention dropout on chip and
@@ -74,9 +74,7 @@ def block_elementwise_ops(
         score = num_heads * seq_len
         ops.append(OpBytes("softmax", 2 * e * score, 3 * e * score, True))
         if dropout:
-            ops.append(
-                OpBytes("attention dropout", (2 * e + 1) * score, (2 * e + 1) * score, True)
-            )
+            ops.append(OpBytes("attention dropout", (2 * e + 1) * score, (2 * e + 1) * score, True))
     return tuple(ops)
 
 

@@ -42,7 +42,9 @@ class StageMemoryDoc(_Doc):
     gradients_bytes: float
     optimizer_bytes: float
     activations_bytes: float
-    buffers_bytes: float = Field(description="Gathered-slice buffers, ZeRO-3 gathered weights, logits.")
+    buffers_bytes: float = Field(
+        description="Gathered-slice buffers, ZeRO-3 gathered weights, logits."
+    )
     workspace_bytes: float
     reserve_bytes: float = Field(description="Kept free for allocator fragmentation.")
     total_bytes: float

@@ -176,7 +176,9 @@ def plan_job(inp: PlanInput, result: PlanResult, check_memory: bool = True) -> J
     lt = layer_times(m, t, fc, hw, sh)
     e = ends(m, t, hw, sh)
     if m.vocab_size is None:
-        warnings += ("the model gives no vocab_size: embedding, output layer and loss are left out",)
+        warnings += (
+            "the model gives no vocab_size: embedding, output layer and loss are left out",
+        )
 
     p2p_s = 0.0
     if pp > 1 and hw.pipeline is not None:
@@ -229,7 +231,9 @@ def plan_job(inp: PlanInput, result: PlanResult, check_memory: bool = True) -> J
     stage = max(range(pp), key=lambda s: (tail_s[s], rep.stage_busy_s[s]))
     step_s = rep.makespan_s + tail_s[stage]
 
-    breakdown = _breakdown(lt, e, rep, stage, pp, t.num_micro_batches, dp_exposed[stage], tail_s[stage])
+    breakdown = _breakdown(
+        lt, e, rep, stage, pp, t.num_micro_batches, dp_exposed[stage], tail_s[stage]
+    )
     model_flops, hw_flops = _flops(inp)
     res = JobResult(
         chips=inp.cluster.num_chips,

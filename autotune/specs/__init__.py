@@ -9,17 +9,17 @@ from autotune.specs.training import AttentionKernel, DType, FcAlgorithm, Recompu
 
 __all__ = [
     "AttentionKernel",
-    "FcAlgorithm",
-    "PositionEncoding",
-    "Recompute",
     "CalibrationSpec",
     "ClusterSpec",
     "CollectiveFit",
     "DType",
+    "FcAlgorithm",
     "FfnKind",
     "LinkSpec",
     "ModelSpec",
     "PlanInput",
+    "PositionEncoding",
+    "Recompute",
     "SearchSpec",
     "TrainingSpec",
 ]
