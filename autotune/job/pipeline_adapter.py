@@ -4,7 +4,7 @@ read back the makespan, the bubble and the per-stage peaks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autotune.pipeline.assignment import (
     even_layer_split,
@@ -48,36 +48,10 @@ class PipelineReplay:
     bubble_fraction: float
 
 
-def replay(work: StageWork, exact: bool = False) -> PipelineReplay:
-    """Even layer split (Megatron-LM's), every layer alike, replayed under
-    1F1B (one chunk) or interleaved 1F1B.
-
-    Many micro-batches are replayed at `m0 = 2 pp` and `m0 + pp` and the
-    makespan extended linearly (unless `exact`): once the pipeline is full
-    every group of `pp` identical micro-batches adds the same time, so
-    `T(m) = T(m0) + (m - m0) / pp * (T(m0 + pp) - T(m0))` for `m` a multiple
-    of `pp` past `m0` (tests check it against full replays); busy time is
-    linear in `m` and the micro-batches alive saturate before `m0`."""
-    pp, m = work.num_stages, work.num_micro_batches
-    m0 = 2 * pp
-    if exact or m <= m0 + pp or m % pp:
-        return _replay(work)
-    r0 = _replay(replace(work, num_micro_batches=m0))
-    r1 = _replay(replace(work, num_micro_batches=m0 + pp))
-    makespan = r0.makespan_s + (m - m0) / pp * (r1.makespan_s - r0.makespan_s)
-    busy = tuple(b * m / m0 for b in r0.stage_busy_s)
-    useful = sum(busy)
-    return PipelineReplay(
-        makespan_s=makespan,
-        stage_busy_s=busy,
-        stage_peak_bytes=r1.stage_peak_bytes,
-        stage_static_bytes=r1.stage_static_bytes,
-        layers_per_stage=r1.layers_per_stage,
-        bubble_fraction=(pp * makespan - useful) / useful if useful > 0 else 0.0,
-    )
-
-
-def _replay(work: StageWork) -> PipelineReplay:
+def replay(work: StageWork) -> PipelineReplay:
+    """Even layer split (Megatron-LM's), every layer alike, replayed op by
+    op under 1F1B (one chunk) or interleaved 1F1B (the simulator's
+    makespan, per-stage busy time and peak memory)."""
     problem = Problem(
         num_stages=work.num_stages,
         num_chunks=work.num_chunks,
