@@ -122,6 +122,7 @@ def test_mfu_counts_gqa_and_swiglu(tmp_path):
         "examples/megatron-nlg.yaml",
         "examples/llama3-70b.yaml",
         "examples/megatron-gpt-175b-a100.yaml",
+        "examples/llama3-70b-h100.yaml",
     ],
 )
 def test_every_example_prints_step_breakdown_and_memory(repo_root, example):
