@@ -152,6 +152,7 @@ def test_out_of_memory_exits_1_naming_stage_and_shortfall(repo_root, tmp_path):
     assert result.exit_code == 1
     assert "out of memory: pipeline stage 0 needs" in result.output
     assert "short by" in result.output and "GiB" in result.output
+    assert "Memory per chip by pipeline stage" in result.stdout  # the table shows why
     assert not out.exists()
 
 
