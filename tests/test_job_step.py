@@ -230,7 +230,6 @@ def _ends_setup():
         hbm_bytes_per_s=1e12,
         data_parallel=None,
         pipeline=None,
-        overlap_slowdown=1.0,
     )
     model = ModelSpec(
         name="m",

@@ -28,7 +28,6 @@ class JobHardware:
     hbm_bytes_per_s: float
     data_parallel: LinkParams | None
     pipeline: LinkParams | None
-    overlap_slowdown: float
 
 
 def _need(value: float | None, field: str, why: str, inp: PlanInput) -> float:
@@ -104,7 +103,6 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
             )
         return LinkParams(launch_s=0.0, sync_s=latency_s, link_bytes_per_s=float(rate))
 
-    slowdown = c.overlap_slowdown
     return (
         JobHardware(
             peak_flops_per_s=cluster.peak_flops_per_s(t.dtype.value),
@@ -127,7 +125,6 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
                 t.pipeline_parallel > 1,
                 "pipeline transfers",
             ),
-            overlap_slowdown=slowdown if slowdown is not None else inp.calibration.overlap_slowdown,
         ),
         tuple(warnings),
     )
