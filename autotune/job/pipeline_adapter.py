@@ -11,8 +11,8 @@ from autotune.pipeline.assignment import (
     stage_static_bytes,
     uniform_assignment,
 )
+from autotune.pipeline.problem import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
 from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,15 @@ class PipelineReplay:
     bubble_fraction: float
 
 
+def _upper_bound_bytes(work: StageWork) -> float:
+    """More bytes than any stage can hold: every layer's static and
+    activation bytes for every micro-batch, the ends and the constant."""
+    per_layer = work.layer_static_bytes + work.layer_activation_bytes * work.num_micro_batches
+    return (
+        work.constant_bytes + work.head_bytes + work.tail_bytes + work.num_layers * per_layer + 1.0
+    )
+
+
 def replay(work: StageWork) -> PipelineReplay:
     """Even layer split (Megatron-LM's), every layer alike, replayed op by
     op under 1F1B (one chunk) or interleaved 1F1B (the simulator's
@@ -72,7 +81,8 @@ def replay(work: StageWork) -> PipelineReplay:
         head=EndBlock(work.head_forward_s, work.head_backward_s, work.head_bytes),
         tail=EndBlock(work.tail_forward_s, work.tail_backward_s, work.tail_bytes),
         constant_bytes=work.constant_bytes,
-        memory_cap_bytes=float("inf"),
+        # the replay checks no cap: one that the whole model cannot exceed
+        memory_cap_bytes=_upper_bound_bytes(work),
     )
     layers = even_layer_split(problem)
     a = uniform_assignment(problem, layers, 0)
