@@ -52,6 +52,7 @@ def plan(
     """
     from autotune.errors import NoFeasiblePlanError
     from autotune.io import atomic_write_text
+    from autotune.job.document import job_document
     from autotune.job.step import out_of_memory_message, plan_job
     from autotune.loading import load_plan_input
     from autotune.plan.document import to_json
@@ -70,7 +71,7 @@ def plan(
         render_job(job)
     if not job.fits:
         raise NoFeasiblePlanError(out_of_memory_message(job))
-    text = to_json(result, job) if (fmt == "json" or out) else None
+    text = to_json(result, job_document(job)) if (fmt == "json" or out) else None
     if out:
         atomic_write_text(out, text)
     if fmt == "json":

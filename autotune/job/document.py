@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.job.result import JobResult
-from autotune.job.schema import JobDoc, LayerTimesDoc, StageMemoryDoc, TimePartDoc
+from autotune.plan.job_schema import JobDoc, LayerTimesDoc, StageMemoryDoc, TimePartDoc
 
 
 def job_document(job: JobResult) -> JobDoc:

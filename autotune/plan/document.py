@@ -3,9 +3,8 @@ beyond unit-free copying: every number comes from the result)."""
 
 from __future__ import annotations
 
-from autotune.job.document import job_document
-from autotune.job.result import JobResult
 from autotune.loading import calibration_file, sha256_of
+from autotune.plan.job_schema import JobDoc
 from autotune.plan.results import GemmPlan, LayerPlan, PlanResult
 from autotune.plan.schema import (
     PLAN_SCHEMA,
@@ -111,8 +110,10 @@ def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
     return CalibrationRefDoc(name=cal.name, source=cal.source, path=path, sha256=digest)
 
 
-def to_document(result: PlanResult, job: JobResult) -> PlanDocument:
-    """The plan and its whole step as a validated `meshtune.plan/2` document."""
+def to_document(result: PlanResult, job: JobDoc) -> PlanDocument:
+    """The plan and its whole step (the `job` section, built by
+    `autotune.job.document.job_document`) as a validated `meshtune.plan/2`
+    document."""
     inp = result.inputs
     cmp = result.comparison
     comparison = None
@@ -165,7 +166,7 @@ def to_document(result: PlanResult, job: JobResult) -> PlanDocument:
         dataflow_comparison=comparison,
         mesh_axes=_axes(result),
         one_d_comparison=_one_d(result),
-        job=job_document(job),
+        job=job,
         inputs=InputsDoc(
             plan_file=inp.source_file,
             model=inp.model.model_dump(mode="json"),
@@ -216,6 +217,6 @@ def _one_d(result: PlanResult) -> OneDDoc | None:
     )
 
 
-def to_json(result: PlanResult, job: JobResult) -> str:
+def to_json(result: PlanResult, job: JobDoc) -> str:
     """The document as JSON text (2-space indent, trailing newline)."""
     return to_document(result, job).model_dump_json(indent=2, by_alias=True) + "\n"

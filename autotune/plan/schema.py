@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune import __version__
-from autotune.job.schema import JobDoc
+from autotune.plan.job_schema import JobDoc
 
 PLAN_SCHEMA = "meshtune.plan/2"
 
