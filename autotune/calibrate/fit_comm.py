@@ -1,8 +1,12 @@
-"""Fit the linear ring-collective model to measured times.
+"""Fit the ring-collective model to measured times: one straight line, or
+one line per size regime (autotune.calibrate.regimes) when leave-one-size-out
+validation prefers regimes; and cross-validate it (autotune.calibrate.crossval).
 
 Model (model.md section 4; seed 000 equation 5), per operation and mesh axis::
 
     t = launch_s + (P - 1) * (sync_s + shard_bytes / link_bytes_per_s)
+
+The straight-line fit:
 
 It is linear in `(launch_s, sync_s, 1 / link_bytes_per_s)` with regressors
 `(1, P - 1, (P - 1) * shard_bytes)`. meshtune fits it on relative residuals
