@@ -278,7 +278,7 @@ def _outliers(rel: np.ndarray) -> np.ndarray:
 
 
 def fit_collective(
-    samples: Sequence[CollectiveSample], model: str = "auto", cross_validate: bool = True
+    samples: Sequence[CollectiveSample], model: str = "auto", cross_validate: bool = False
 ) -> CommFit:
     """Fit one operation on one mesh axis: `linear` (one straight line),
     `regimes` (one line per size range) or `auto` (regimes when
@@ -376,7 +376,7 @@ def fit_all(
         group = groups[(op, axis)]
         data = (op, tuple((s.ring_size, s.shard_bytes, s.seconds, s.file, s.line) for s in group))
         if data not in done:
-            done[data] = fit_collective(group, model)
+            done[data] = fit_collective(group, model, cross_validate=True)
         kinds = {(resources or {}).get(s.file) for s in group}
         resource = kinds.pop() if len(kinds) == 1 else "mixed"
         fits.append(replace(done[data], axis=axis, resource=resource))
