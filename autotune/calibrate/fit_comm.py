@@ -290,10 +290,11 @@ def fit_collective(
     t = np.array([s.seconds for s in samples], dtype=float)
     num_sizes = len(np.unique(shard))
     count = 1
+    held_out = None  # leave-one-size-out errors of the chosen count, reused below
     if model != "linear" and linear.usable and num_sizes >= 2 * regimes_mod.MIN_SIZES:
-        count, _ = regimes_mod.choose_regime_count(ring, shard, t)
-        if model == "regimes":
-            count = max(count, 2)
+        count, held_out = regimes_mod.choose_regime_count(ring, shard, t)
+        if model == "regimes" and count < 2:
+            count, held_out = 2, None
     if count == 1:
         cv = cross_validate_fit(ring, shard, t, _linear_fitter(samples)) if cross_validate else None
         return replace(linear, cv=cv)
@@ -324,7 +325,9 @@ def fit_collective(
     )
     top = regimes[-1]
     cv = (
-        cross_validate_fit(ring, shard, t, regimes_mod.regime_fitter(ring, shard, t, count))
+        cross_validate_fit(
+            ring, shard, t, regimes_mod.regime_fitter(ring, shard, t, count), held_out
+        )
         if cross_validate
         else None
     )
