@@ -18,17 +18,18 @@ import time
 
 from autotune.pipeline.balance import balance
 from autotune.pipeline.ilp import highs_available
-from autotune.pipeline.spec import (
-    GIB,
+from autotune.pipeline.problem import (
     EndBlock,
     LayerGroup,
     Problem,
     RecomputeOption,
     Schedule,
     SolverChoice,
+    SolverSettings,
 )
 
 MS = 1e-3
+GIB = float(2**30)
 OPTIONS = (
     ("none", 0.0),
     ("selective", 0.04),
@@ -41,7 +42,7 @@ OPTIONS = (
 ACTIVATION_GIB = (0.30, 0.22, 0.19, 0.12, 0.03)
 
 
-def problem(cap_gib: float, solver: SolverChoice, time_limit_s: float) -> Problem:
+def problem(cap_gib: float) -> Problem:
     """The benchmark instance (a 96-layer decoder-only model)."""
     return Problem(
         num_stages=16,
@@ -59,9 +60,6 @@ def problem(cap_gib: float, solver: SolverChoice, time_limit_s: float) -> Proble
         tail=EndBlock(2.0 * MS, 4.0 * MS, 3.0 * GIB),
         constant_bytes=4.0 * GIB,
         memory_cap_bytes=cap_gib * GIB,
-        solver=solver,
-        time_limit_s=time_limit_s,
-        relative_gap=1e-3,
     )
 
 
@@ -80,11 +78,12 @@ def main() -> None:
     )
     for cap in (40.0, 32.0, 28.0):
         for choice, limit, runs in solvers:
-            p = problem(cap, choice, limit)
+            p = problem(cap)
+            settings = SolverSettings(solver=choice, time_limit_s=limit, relative_gap=1e-3)
             times = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                r = balance(p)
+                r = balance(p, settings)
                 times.append(time.perf_counter() - t0)
             gap = "-" if r.solver.gap is None else f"{r.solver.gap * 100:.3f}%"
             step = "-" if r.plan is None else f"{r.plan.step_time_s * 1e3:.2f}"

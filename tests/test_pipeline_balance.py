@@ -10,18 +10,20 @@ from hypothesis import strategies as st
 from autotune.pipeline.assignment import Assignment, even_layer_split, uniform_assignment
 from autotune.pipeline.balance import balance, baselines
 from autotune.pipeline.bruteforce import brute_force
-from autotune.pipeline.schedule import interleaved_order, one_f_one_b_order, peak_alive_vectors
-from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import (
-    GIB,
+from autotune.pipeline.problem import (
     EndBlock,
     LayerGroup,
     Problem,
     RecomputeOption,
     Schedule,
+    SolverSettings,
 )
+from autotune.pipeline.schedule import interleaved_order, one_f_one_b_order, peak_alive_vectors
+from autotune.pipeline.simulator import simulate
 
 MS = 1e-3
+GIB = float(2**30)
+EXACT = SolverSettings(time_limit_s=30.0, relative_gap=1e-6)
 
 
 def make_problem(
@@ -48,8 +50,6 @@ def make_problem(
         tail=EndBlock(tail[0] * MS, 2 * tail[0] * MS, tail[1] * GIB),
         constant_bytes=1.0 * GIB,
         memory_cap_bytes=cap_gib * GIB,
-        time_limit_s=30.0,
-        relative_gap=1e-6,
     )
 
 
@@ -160,7 +160,7 @@ def test_ilp_equals_brute_force(case):
         return
     p = make_problem(groups, pp=pp, v=v, m=pp * 2, cap_gib=cap, head=(head, 0.3), tail=(tail, 0.5))
     ref = brute_force(p)
-    result = balance(p)
+    result = balance(p, EXACT)
     if ref is None:
         assert result.plan is None and result.infeasible is not None
         return
@@ -182,7 +182,7 @@ def test_never_worse_than_even_split(n, pp, cap, fwd):
     if n < pp:
         return
     p = make_problem([group("d", n, 1.0)], pp=pp, m=8, cap_gib=cap, tail=(fwd, 0.5))
-    result = balance(p)
+    result = balance(p, EXACT)
     for b in baselines(p):
         if b[0] and simulate(p, b[1]).stage_peak_bytes and result.plan is not None:
             sim = simulate(p, b[1])
@@ -194,7 +194,7 @@ def test_order_of_kinds_is_kept():
     p = make_problem(
         [group("dense", 3, 1.0), group("moe", 4, 3.0), group("mtp", 1, 5.0)], pp=3, m=6
     )
-    result = balance(p)
+    result = balance(p, EXACT)
     seen_last = -1
     for chunk in result.plan.assignment.counts:
         kinds = [g for g, per in enumerate(chunk) if sum(per)]
@@ -206,7 +206,7 @@ def test_infeasible_cap_names_tightest_stage_and_shortfall():
     # pp=2, m=4, 4 layers all at full recompute, k on stage 0: stage 0 = 1 + 0.7 k,
     # stage 1 = 1 + 0.6 (4 - k) GiB; the best max is k=2: 2.4 GiB, 1.2 GiB over the cap.
     p = make_problem([group("d", 4, 1.0)], pp=2, m=4, cap_gib=1.2)
-    result = balance(p)
+    result = balance(p, EXACT)
     assert result.plan is None
     assert result.infeasible.stage == 0
     assert result.infeasible.shortfall_bytes == pytest.approx(1.2 * GIB, rel=1e-6)
@@ -217,7 +217,7 @@ def test_infeasible_cap_names_tightest_stage_and_shortfall():
 def test_memory_cap_forces_recompute_on_first_stage():
     # Stage 0 holds 4 micro-batches, stage 3 one: only stage 0 needs recomputation.
     p = make_problem([group("d", 8, 1.0, 0.5, (1.0, 0.1))], pp=4, m=8, cap_gib=7.0)
-    result = balance(p)
+    result = balance(p, EXACT)
     rec = result.plan.seed.recompute
     assert rec[0] > 0 and rec[-1] == 0
 

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from autotune.pipeline.assignment import Assignment, stage_peak_bytes
 from autotune.pipeline.bounds import least_recompute_s, stage_floors
-from autotune.pipeline.spec import GIB, EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
+from autotune.pipeline.problem import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
 
 MS = 1e-3
+GIB = float(2**30)
 OPTIONS = (("none", 0.0), ("selective", 0.04), ("selective_comm", 0.165), ("full", 0.5))
 
 

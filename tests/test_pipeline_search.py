@@ -24,6 +24,14 @@ from autotune.pipeline.assignment import (
 from autotune.pipeline.balance import balance
 from autotune.pipeline.bruteforce import brute_force
 from autotune.pipeline.ilp import highs_available, solve
+from autotune.pipeline.problem import (
+    EndBlock,
+    LayerGroup,
+    Problem,
+    RecomputeOption,
+    Schedule,
+    SolverSettings,
+)
 from autotune.pipeline.search import (
     least_recompute_plan,
     local_search,
@@ -31,10 +39,10 @@ from autotune.pipeline.search import (
     schedule_graph,
 )
 from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import GIB, EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
 from autotune.pipeline.splits import stage_splits, stage_step_floor_s
 
 MS = 1e-3
+GIB = float(2**30)
 OPTIONS = (("none", 0.0), ("selective", 0.04), ("selective_comm", 0.165), ("full", 0.5))
 
 
@@ -44,7 +52,6 @@ def make(
     groups: tuple[LayerGroup, ...],
     cap_gib: float,
     m: int | None = None,
-    gap: float = 1e-3,
     options: tuple[tuple[str, float], ...] = OPTIONS,
 ) -> Problem:
     return Problem(
@@ -59,7 +66,6 @@ def make(
         tail=EndBlock(1.0 * MS, 2.0 * MS, 0.6 * GIB),
         constant_bytes=1.0 * GIB,
         memory_cap_bytes=cap_gib * GIB,
-        relative_gap=gap,
     )
 
 
@@ -275,10 +281,10 @@ needs_highs = pytest.mark.skipif(not highs_available(), reason="the cutoff needs
 @needs_highs
 @pytest.mark.parametrize("v", [1, 2])
 def test_cutoff_below_the_optimum_proves_it_and_above_returns_a_faster_plan(v):
-    p = make(2, v, (dense(4, n_opts=3), moe(2, n_opts=3)), 5.0, gap=1e-6, options=THREE)
+    p = make(2, v, (dense(4, n_opts=3), moe(2, n_opts=3)), 5.0, options=THREE)
     best_s, _ = brute_force(p)
     cutoff = best_s * 0.999
-    below = solve(p, [], time_limit_s=30, solver="highs", cutoff_s=cutoff)
+    below = solve(p, [], time_limit_s=30, solver="highs", cutoff_s=cutoff, relative_gap=1e-6)
     # No plan is faster than the cutoff. The solver may still hand back a
     # plan it met above the cutoff; its bound is then the cutoff, never the
     # plan's own value (HiGHS reports that one, and it is not a bound).
@@ -286,7 +292,7 @@ def test_cutoff_below_the_optimum_proves_it_and_above_returns_a_faster_plan(v):
     assert below.bound == pytest.approx(cutoff, rel=1e-12)
     if below.assignment is not None:
         assert simulate(p, below.assignment).makespan_s >= best_s * (1 - 1e-9)
-    above = solve(p, [], time_limit_s=30, solver="highs", cutoff_s=best_s * 1.01)
+    above = solve(p, [], time_limit_s=30, solver="highs", cutoff_s=best_s * 1.01, relative_gap=1e-6)
     assert above.status == "optimal"
     assert simulate(p, above.assignment).makespan_s == pytest.approx(best_s, rel=1e-6)
     assert above.bound <= best_s * (1 + 1e-9)
@@ -298,9 +304,9 @@ def test_cutoff_below_the_optimum_proves_it_and_above_returns_a_faster_plan(v):
 def test_balance_with_three_chunks_equals_brute_force(cap, n, kinds):
     # pp=2, v=3: the split rows are on; plans within the gap of the optimum.
     groups = (dense(n, n_opts=3),) if kinds == 1 else (dense(n - 2, n_opts=3), moe(2, n_opts=3))
-    p = make(2, 3, groups, cap, m=4, gap=1e-6, options=THREE)
+    p = make(2, 3, groups, cap, m=4, options=THREE)
     ref = brute_force(p)
-    result = balance(p)
+    result = balance(p, SolverSettings(relative_gap=1e-6))
     if ref is None:
         assert result.plan is None
         return

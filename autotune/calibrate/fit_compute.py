@@ -80,7 +80,7 @@ class ComputeFit:
             n_half,
             k_half,
             ceiling_flops_per_s=self.peak_flops_per_s,
-            hbm_bytes_per_s=self.hbm_bytes_per_s,
+            hbm_bytes_per_s=self.hbm_bytes_per_s or 0.0,
             element_bytes=_bytes(self.dtype),
             max_dims=self.max_dims,
         )

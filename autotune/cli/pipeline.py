@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from autotune.cli.common import format_option, guarded
@@ -34,8 +36,9 @@ def pipeline(spec_file: str, fmt: str, out: str | None, timeline: str | None) ->
     """
     from autotune.errors import InputError, NoFeasiblePlanError
     from autotune.io import atomic_write_text
-    from autotune.pipeline.balance import balance_file
+    from autotune.pipeline.balance import balance
     from autotune.pipeline.document import to_json
+    from autotune.pipeline.readers import read_pipeline_file
 
     if timeline is not None and not timeline.lower().endswith(".svg"):
         raise InputError(
@@ -44,7 +47,8 @@ def pipeline(spec_file: str, fmt: str, out: str | None, timeline: str | None) ->
     from autotune.render_progress import progress
 
     with progress(f"balancing {spec_file} (solving the stage-assignment ILP)"):
-        result = balance_file(spec_file)
+        read = read_pipeline_file(spec_file)
+        result = replace(balance(read.problem, read.settings), decomposition=read.decomposition)
     text = to_json(result, spec_file) if (fmt == "json" or out) else None
     if out:
         atomic_write_text(out, text)

@@ -5,47 +5,27 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
-from autotune.errors import InputError
+from autotune.loading import load_chip_spec, preset_names
 from autotune.specs.chip import ChipSpec
-
-
-def _chip_dir() -> Path:
-    return Path(str(resources.files("autotune").joinpath("presets", "chips")))
 
 
 def chip_names() -> list[str]:
     """Names of the bundled chip presets, sorted."""
-    return sorted(p.stem for p in _chip_dir().glob("*.yaml"))
+    return preset_names("chips")
 
 
 @cache
 def _load_preset(name: str) -> ChipSpec:
-    from autotune.loading import load_mapping, validate_spec
-
-    path = _chip_dir() / f"{name}.yaml"
-    return validate_spec(ChipSpec, load_mapping(path), file=str(path))
+    return load_chip_spec(name)
 
 
 def load_chip(name_or_path: str | Path) -> ChipSpec:
     """A chip preset by name (see `chip_names()`) or a chip YAML file;
     InputError naming the presets when it is neither."""
     ref = str(name_or_path)
-    if ref in chip_names():
-        return _load_preset(ref)
-    path = Path(ref)
-    if not path.is_file():
-        raise InputError(
-            "is neither a chip preset nor a file",
-            field="chip",
-            value=ref,
-            fix=f"use one of {', '.join(chip_names())} or a path to a chip YAML",
-        )
-    from autotune.loading import load_mapping, validate_spec
-
-    return validate_spec(ChipSpec, load_mapping(path), file=str(path))
+    return _load_preset(ref) if ref in chip_names() else load_chip_spec(ref)
 
 
 def match_chip(device_text: str) -> str | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.pipeline.problem import Problem, Schedule
 from autotune.pipeline.schedule import peak_alive_vectors
-from autotune.pipeline.spec import Problem, Schedule
 
 Counts = tuple[tuple[tuple[int, ...], ...], ...]
 

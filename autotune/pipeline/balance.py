@@ -21,6 +21,7 @@ from autotune.pipeline.assignment import (
     layers_in_order,
     uniform_assignment,
 )
+from autotune.pipeline.problem import Problem, SolverSettings
 from autotune.pipeline.result import (
     BalanceResult,
     Infeasibility,
@@ -29,7 +30,6 @@ from autotune.pipeline.result import (
     evaluate,
 )
 from autotune.pipeline.simulator import Simulation, simulate
-from autotune.pipeline.spec import Problem
 
 MAX_CUT_ROUNDS = 60
 
@@ -72,7 +72,7 @@ def _rounded_layers(problem: Problem, layers) -> list[list[int]] | None:
     return layers_in_order(problem, per_chunk)
 
 
-def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float):
+def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float, gap: float):
     """A good first incumbent: the LP relaxation's layer counts rounded, then
     the recomputation chosen for those counts by the local search
     (search.py). With HiGHS that plan only sets the main solve's cutoff, so
@@ -82,7 +82,9 @@ def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float):
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.search import local_search
 
-    relaxed = solve(problem, paths, time_limit_s=time_limit_s, solver=solver, relaxed=True)
+    relaxed = solve(
+        problem, paths, time_limit_s=time_limit_s, solver=solver, relaxed=True, relative_gap=gap
+    )
     if relaxed.layers is None:
         return None
     layers = _rounded_layers(problem, relaxed.layers)
@@ -92,7 +94,13 @@ def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float):
     if found is not None and solver == "highs":
         return found
     out = solve(
-        problem, paths, time_limit_s=time_limit_s, solver=solver, fixed_layers=layers, start=found
+        problem,
+        paths,
+        time_limit_s=time_limit_s,
+        solver=solver,
+        fixed_layers=layers,
+        start=found,
+        relative_gap=gap,
     )
     plans = [a for a in (found, out.assignment) if a is not None]
     return min(plans, key=lambda a: simulate(problem, a).makespan_s) if plans else None
@@ -123,13 +131,15 @@ def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibili
     )
 
 
-def balance(problem: Problem) -> BalanceResult:
+def balance(problem: Problem, settings: SolverSettings | None = None) -> BalanceResult:
     """Choose layers per chunk and recomputation per layer that minimise the
     simulated step time while every stage fits in memory."""
     from autotune.pipeline.ilp import solve, solver_name
 
+    settings = settings or SolverSettings()
     t0 = time.perf_counter()
-    solver = solver_name(problem.solver)
+    solver = solver_name(settings.solver)
+    gap_rel = settings.relative_gap
     base_evals: list[PlanEvaluation] = []
     paths = []
     for label, assignment in baselines(problem):
@@ -142,7 +152,7 @@ def balance(problem: Problem) -> BalanceResult:
     best: tuple[Assignment, Simulation] | None = None
     if baseline is not None:
         best = (baseline.assignment, simulate(problem, baseline.assignment))
-    start = _heuristic_start(problem, paths, solver, problem.time_limit_s / 4)
+    start = _heuristic_start(problem, paths, solver, settings.time_limit_s / 4, gap_rel)
     if start is not None:
         sim = simulate(problem, start)
         if _fits(problem, sim) and (best is None or sim.makespan_s < best[1].makespan_s):
@@ -151,7 +161,7 @@ def balance(problem: Problem) -> BalanceResult:
     rounds = 0
     last = None
     while True:
-        remaining = problem.time_limit_s - (time.perf_counter() - t0)
+        remaining = settings.time_limit_s - (time.perf_counter() - t0)
         if remaining <= 0.05:
             break
         rounds += 1
@@ -160,7 +170,7 @@ def balance(problem: Problem) -> BalanceResult:
         # faster) and bounds the layers a stage can hold, which keeps the
         # per-stage split rows small (ilp.py, splits.py).
         known = best[1].makespan_s if best is not None and solver == "highs" else None
-        cutoff = known * (1 - problem.relative_gap) if known else None
+        cutoff = known * (1 - gap_rel) if known else None
         last = solve(
             problem,
             paths,
@@ -169,6 +179,7 @@ def balance(problem: Problem) -> BalanceResult:
             start=best[0] if best is not None and known is None else None,
             split_step_limit_s=cutoff,
             cutoff_s=cutoff,
+            relative_gap=gap_rel,
         )
         if last.bound is not None:
             lower_bound = max(lower_bound, last.bound)
@@ -180,7 +191,7 @@ def balance(problem: Problem) -> BalanceResult:
         if last.status == "cutoff":
             break
         if last.bound is None and last.status == "optimal" and last.objective is not None:
-            lower_bound = max(lower_bound, last.objective * (1 - problem.relative_gap))
+            lower_bound = max(lower_bound, last.objective * (1 - gap_rel))
         if sim.makespan_s <= (last.objective or 0.0) * (1 + 1e-9) or rounds >= MAX_CUT_ROUNDS:
             break
         new_path = _path_of(sim)
@@ -192,7 +203,7 @@ def balance(problem: Problem) -> BalanceResult:
     if best is None:
         why = None
         if last is not None and last.status == "infeasible":
-            status, why = "infeasible", _diagnose(problem, solver, max(problem.time_limit_s, 10.0))
+            status, why = "infeasible", _diagnose(problem, solver, max(settings.time_limit_s, 10.0))
         elif baseline is None:
             status = "time_limit"
             why = Infeasibility(None, None, "the solver found no plan within the time limit")
@@ -221,7 +232,7 @@ def balance(problem: Problem) -> BalanceResult:
     gap = None
     if lower_bound > 0:
         gap = max(plan_eval.step_time_s - lower_bound, 0.0) / plan_eval.step_time_s
-    status = "optimal" if gap is not None and gap <= problem.relative_gap + 1e-9 else "feasible"
+    status = "optimal" if gap is not None and gap <= gap_rel + 1e-9 else "feasible"
     return BalanceResult(
         problem=problem,
         plan=plan_eval,
@@ -231,13 +242,3 @@ def balance(problem: Problem) -> BalanceResult:
         solver=SolverReport(solver, status, elapsed, gap, lower_bound or None, rounds, len(paths)),
         infeasible=None,
     )
-
-
-def balance_file(path: str) -> BalanceResult:
-    """Load either input format (decomposing seed-format memories) and balance."""
-    from dataclasses import replace
-
-    from autotune.pipeline.spec import load_problem
-
-    problem, decomposition = load_problem(path)
-    return replace(balance(problem), decomposition=decomposition)

@@ -34,7 +34,7 @@ from functools import lru_cache
 from itertools import pairwise
 
 from autotune.pipeline.assignment import alive_vectors
-from autotune.pipeline.spec import Problem
+from autotune.pipeline.problem import Problem
 
 # Past this many layers on one stage the exact table is not built (a stage
 # that can fit more gets no cuts).

@@ -8,8 +8,8 @@ from __future__ import annotations
 from itertools import product
 
 from autotune.pipeline.assignment import Assignment
+from autotune.pipeline.problem import Problem
 from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import Problem
 
 
 def _cuts(total: int, parts: int, minimum: int):

@@ -35,8 +35,8 @@ import pulp
 
 from autotune.pipeline.assignment import Assignment, alive_vectors
 from autotune.pipeline.bounds import stage_floors
+from autotune.pipeline.problem import Problem, Schedule, SolverChoice
 from autotune.pipeline.schedule import stage_orders
-from autotune.pipeline.spec import Problem, Schedule, SolverChoice
 
 GIB = float(2**30)
 
@@ -300,6 +300,7 @@ def solve(
     start: Assignment | None = None,
     split_step_limit_s: float | None = None,
     cutoff_s: float | None = None,
+    relative_gap: float = 1e-3,
 ) -> IlpOutcome:
     """Build and solve the MILP. Times are scaled to the largest layer
     forward and memory to GiB so the coefficients stay near 1.
@@ -452,7 +453,7 @@ def solve(
             _make_solver(
                 solver,
                 time_limit_s,
-                problem.relative_gap,
+                relative_gap,
                 log_path,
                 start is not None,
                 cutoff_s / t_ref if use_cutoff else None,

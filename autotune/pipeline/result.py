@@ -10,8 +10,8 @@ from autotune.pipeline.assignment import (
     chunk_forward_s,
     stage_static_bytes,
 )
+from autotune.pipeline.problem import Problem
 from autotune.pipeline.simulator import BubbleParts, Simulation
-from autotune.pipeline.spec import Problem
 
 # Which recomputation options count in each of the seed framework's lists;
 # its select lists include the fully recomputed layers (pipeline.md section 5).

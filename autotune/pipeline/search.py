@@ -28,8 +28,8 @@ from functools import lru_cache
 import numpy
 
 from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.problem import Problem, Schedule
 from autotune.pipeline.schedule import stage_orders
-from autotune.pipeline.spec import Problem, Schedule
 
 # Candidate vectors scored per stage and move (the ones with the least total
 # recomputation are kept; a heuristic, so any subset is sound).

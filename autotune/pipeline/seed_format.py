@@ -17,17 +17,15 @@ from pydantic import Field
 
 from autotune.errors import InputError
 from autotune.pipeline.decompose import Decomposition, Measurement, decompose
-from autotune.pipeline.spec import (
-    GIB,
-    MS,
+from autotune.pipeline.problem import (
     RECOMPUTE_OPTIONS,
     EndBlock,
     LayerGroup,
-    PipelineShapeSpec,
     Problem,
     RecomputeOption,
-    SolverSpec,
+    SolverSettings,
 )
+from autotune.pipeline.yaml_format import GIB, MS, PipelineShapeSpec, SolverSpec, settings_from_spec
 from autotune.specs.base import Spec
 
 MIB = float(2**20)
@@ -171,7 +169,9 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
     return out, pp, num_layer
 
 
-def load_seed_problem(data: dict[str, Any], file: str) -> tuple[Problem, Decomposition]:
+def read_seed_problem(
+    data: dict[str, Any], file: str
+) -> tuple[Problem, SolverSettings, Decomposition]:
     """Decompose the dry-run memories and build the problem."""
     from autotune.loading import validate_spec
 
@@ -247,9 +247,6 @@ def load_seed_problem(data: dict[str, Any], file: str) -> tuple[Problem, Decompo
         tail=EndBlock(times["tail"] * MS, times["tail"] * MS * bf, dec.tail_bytes),
         constant_bytes=dec.constant_bytes,
         memory_cap_bytes=plan.memory_cap_gib * GIB,
-        solver=plan.solver.solver,
-        time_limit_s=plan.solver.time_limit_s,
-        relative_gap=plan.solver.relative_gap,
     )
     if num_layer < problem.num_virtual * shape.min_layers_per_chunk:
         raise _err(
@@ -259,4 +256,4 @@ def load_seed_problem(data: dict[str, Any], file: str) -> tuple[Problem, Decompo
             num_layer,
             fix="use fewer stages or chunks",
         )
-    return problem, dec
+    return problem, settings_from_spec(plan.solver), dec

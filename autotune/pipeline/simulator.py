@@ -18,8 +18,8 @@ from autotune.pipeline.assignment import (
     chunk_forward_s,
     stage_peak_bytes,
 )
+from autotune.pipeline.problem import Problem, Schedule
 from autotune.pipeline.schedule import stage_orders
-from autotune.pipeline.spec import Problem, Schedule
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ import numpy
 
 from autotune.pipeline.assignment import alive_vectors
 from autotune.pipeline.bounds import stage_floors
-from autotune.pipeline.spec import Problem
+from autotune.pipeline.problem import Problem
 
 MAX_SPLITS_PER_STAGE = 400
 # A stage whose (recompute, bytes) front for some chunk and layer count is

@@ -3,10 +3,13 @@ beyond unit-free copying: every number comes from the result)."""
 
 from __future__ import annotations
 
+from autotune.job.document import job_document
+from autotune.job.result import JobResult
 from autotune.loading import calibration_file, sha256_of
 from autotune.plan.results import GemmPlan, LayerPlan, PlanResult
 from autotune.plan.schema import (
     PLAN_SCHEMA,
+    AxisDoc,
     BreakdownDoc,
     CalibrationRefDoc,
     CandidateDoc,
@@ -16,6 +19,7 @@ from autotune.plan.schema import (
     InputsDoc,
     LayerDoc,
     MeshDoc,
+    OneDDoc,
     PhysicalGemmDoc,
     PlanDocument,
     SummaryDoc,
@@ -110,8 +114,8 @@ def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
     )
 
 
-def to_document(result: PlanResult) -> PlanDocument:
-    """The plan as a validated `meshtune.plan/1` document."""
+def to_document(result: PlanResult, job: JobResult) -> PlanDocument:
+    """The plan and its whole step as a validated `meshtune.plan/2` document."""
     inp = result.inputs
     cmp = result.comparison
     comparison = None
@@ -162,11 +166,14 @@ def to_document(result: PlanResult) -> PlanDocument:
             for c in result.candidates
         ],
         dataflow_comparison=comparison,
+        mesh_axes=_axes(result),
+        one_d_comparison=_one_d(result),
+        job=job_document(job),
         inputs=InputsDoc(
             plan_file=inp.source_file,
             model=inp.model.model_dump(mode="json"),
             training=inp.training.model_dump(mode="json"),
-            cluster=inp.cluster.model_dump(mode="json"),
+            cluster=inp.cluster.document(),
             cluster_ref=inp.cluster_ref,
             calibration=_calibration_ref(result),
             search=inp.search.model_dump(mode="json"),
@@ -175,9 +182,46 @@ def to_document(result: PlanResult) -> PlanDocument:
     )
 
 
-def to_json(result: PlanResult) -> str:
+def _axes(result: PlanResult) -> list[AxisDoc]:
+    p = result.placement
+    if p is None:
+        return []
+    return [
+        AxisDoc(
+            axis=a.axis.value,
+            size=a.size,
+            kind=a.kind.value,
+            resource=a.resource,
+            link_multiplier=a.link_multiplier,
+            nominal_bytes_per_s=a.nominal_bytes_per_s,
+            spans_nodes=a.spans_nodes,
+            description=a.description,
+        )
+        for a in (p.row, p.col)
+    ]
+
+
+def _one_d(result: PlanResult) -> OneDDoc | None:
+    o = result.one_d
+    if o is None:
+        return None
+
+    def shape(m):
+        return None if m is None else [m.num_rows, m.num_cols]
+
+    return OneDDoc(
+        two_d_mesh=shape(o.two_d_mesh),
+        two_d_step_fc_time_s=o.two_d_step_fc_time_s,
+        one_d_mesh=shape(o.one_d_mesh),
+        one_d_step_fc_time_s=o.one_d_step_fc_time_s,
+        two_d_speedup=o.two_d_speedup,
+        note=o.note,
+    )
+
+
+def to_json(result: PlanResult, job: JobResult) -> str:
     """The document as JSON text (2-space indent, trailing newline)."""
-    doc = to_document(result)
+    doc = to_document(result, job)
     # calibrations without held-out errors leave the key out (older plan documents)
     exclude = (
         {"inputs": {"calibration": {"expected_error"}}}

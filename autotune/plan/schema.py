@@ -1,5 +1,8 @@
-"""The sharding-config JSON (`meshtune.plan/1`): a pydantic model that both
-writes and validates it. Base units, unit-suffixed keys, stable key order."""
+"""The sharding-config JSON (`meshtune.plan/2`): a pydantic model that both
+writes and validates it. Base units, unit-suffixed keys, stable key order.
+
+Version 2 adds the `job` section (the whole training step and its memory);
+every key of version 1 keeps its meaning."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune import __version__
+from autotune.job.schema import JobDoc
 
-PLAN_SCHEMA = "meshtune.plan/1"
+PLAN_SCHEMA = "meshtune.plan/2"
 
 
 class _Doc(BaseModel):
@@ -144,6 +148,30 @@ class ComparisonDoc(_Doc):
     note: str | None
 
 
+class AxisDoc(_Doc):
+    """The physical resource one mesh axis runs on."""
+
+    axis: Literal["row", "col"] = Field(description="Mesh axis.")
+    size: int = Field(description="Chips along it.")
+    kind: str = Field(description="torus, switched, fully_connected, scale_out or axis.")
+    resource: str = Field(description="Resource name; axes naming the same one share it.")
+    link_multiplier: float = Field(description="Calibrated unit links the axis gets.")
+    nominal_bytes_per_s: float | None = Field(description="Data-sheet bandwidth it gets.")
+    spans_nodes: bool = Field(description="Whether it crosses nodes (bounded by the NIC).")
+    description: str = Field(description="In words.")
+
+
+class OneDDoc(_Doc):
+    """The best 2D mesh against the best 1D (1 x P or P x 1) mesh."""
+
+    two_d_mesh: list[int] | None
+    two_d_step_fc_time_s: float | None
+    one_d_mesh: list[int] | None
+    one_d_step_fc_time_s: float | None
+    two_d_speedup: float | None = Field(description="1D time / 2D time (> 1: 2D is faster).")
+    note: str | None
+
+
 class SummaryDoc(_Doc):
     """Totals per training step (busiest pipeline stage)."""
 
@@ -186,7 +214,7 @@ class PlanDocument(_Doc):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    schema_: Literal["meshtune.plan/1"] = Field(alias="schema")
+    schema_: Literal["meshtune.plan/2"] = Field(alias="schema")
     tool_version: str = Field(default=__version__)
     mesh: MeshDoc
     summary: SummaryDoc
@@ -194,6 +222,9 @@ class PlanDocument(_Doc):
     transposes: list[TransposeDoc]
     mesh_candidates: list[CandidateDoc]
     dataflow_comparison: ComparisonDoc | None
+    mesh_axes: list[AxisDoc] = Field(description="The resource under each mesh axis.")
+    one_d_comparison: OneDDoc | None
+    job: JobDoc = Field(description="The whole training step: time, utilisation, memory.")
     inputs: InputsDoc
 
 

@@ -1,5 +1,5 @@
-"""meshtune's own pipeline-balancing YAML (specs, human units) and the
-problem the balancer solves (frozen dataclasses, base units: seconds, bytes).
+"""meshtune's own pipeline-balancing YAML (specs, human units): a reader
+that builds the balancer's Problem (problem.py, base units).
 
 Human units are converted here, once: `*_ms` keys are milliseconds (1e-3 s),
 `*_gib` keys are GiB (2**30 bytes).
@@ -7,36 +7,24 @@ Human units are converted here, once: `*_ms` keys are milliseconds (1e-3 s),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
 
+from autotune.pipeline.problem import (
+    RECOMPUTE_OPTIONS,
+    EndBlock,
+    LayerGroup,
+    Problem,
+    RecomputeOption,
+    Schedule,
+    SolverChoice,
+    SolverSettings,
+)
 from autotune.specs.base import Spec
 
 MS = 1e-3
 GIB = float(2**30)
-
-# The recomputation options meshtune knows, in the order the seed framework's
-# lists are derived from them (see seed_config in result.py).
-RECOMPUTE_OPTIONS = ("none", "selective", "comm", "selective_comm", "full")
-
-
-class Schedule(str, Enum):
-    """Pipeline schedule."""
-
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved-1f1b"
-
-
-class SolverChoice(str, Enum):
-    """MILP solver: HiGHS (through highspy) when installed, else CBC."""
-
-    AUTO = "auto"
-    HIGHS = "highs"
-    CBC = "cbc"
 
 
 class PipelineShapeSpec(Spec):
@@ -190,80 +178,6 @@ class PipelineFileSpec(Spec):
         return self
 
 
-# ---------------------------------------------------------------- problem
-
-
-@dataclass(frozen=True)
-class RecomputeOption:
-    """A recomputation option and its backward-time coefficient."""
-
-    name: str
-    backward_time_coef: float
-
-
-@dataclass(frozen=True)
-class LayerGroup:
-    """`count` identical consecutive body layers, base units.
-
-    `activation_bytes[o]` is the memory one layer keeps per micro-batch under
-    option index `o`, or None when the kind may not use that option.
-    """
-
-    kind: str
-    count: int
-    forward_s: float
-    backward_s: float
-    parameter_bytes: float
-    activation_bytes: tuple[float | None, ...]
-
-
-@dataclass(frozen=True)
-class EndBlock:
-    """Head or tail: time per micro-batch and memory on its stage, base units."""
-
-    forward_s: float
-    backward_s: float
-    memory_bytes: float
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Everything the balancer needs, in base units."""
-
-    num_stages: int
-    num_chunks: int
-    num_micro_batches: int
-    schedule: Schedule
-    min_layers_per_chunk: int
-    options: tuple[RecomputeOption, ...]
-    groups: tuple[LayerGroup, ...]
-    head: EndBlock
-    tail: EndBlock
-    constant_bytes: float
-    memory_cap_bytes: float
-    solver: SolverChoice = SolverChoice.AUTO
-    time_limit_s: float = 60.0
-    relative_gap: float = 1e-3
-
-    @property
-    def num_virtual(self) -> int:
-        """Chunks over the whole pipeline (pp * v), in model order."""
-        return self.num_stages * self.num_chunks
-
-    @property
-    def num_layers(self) -> int:
-        """Body layers over all kinds."""
-        return sum(g.count for g in self.groups)
-
-    def stage_of(self, chunk: int) -> int:
-        """Stage holding model chunk `chunk` (chunk c lives on stage c mod pp)."""
-        return chunk % self.num_stages
-
-    def option_index(self, name: str) -> int:
-        """Index of a recomputation option by name."""
-        return [o.name for o in self.options].index(name)
-
-
 def problem_from_spec(spec: PipelineFileSpec) -> Problem:
     """Convert a validated meshtune-format file to base units."""
     names = [n for n in RECOMPUTE_OPTIONS if n in spec.recompute_options]
@@ -301,13 +215,17 @@ def problem_from_spec(spec: PipelineFileSpec) -> Problem:
         tail=end(spec.tail),
         constant_bytes=spec.memory.constant_gib * GIB,
         memory_cap_bytes=spec.memory.cap_gib * GIB,
-        solver=spec.solver.solver,
-        time_limit_s=spec.solver.time_limit_s,
-        relative_gap=spec.solver.relative_gap,
     )
 
 
-def load_problem_data(data: dict[str, Any], file: str) -> Problem:
+def settings_from_spec(spec: SolverSpec) -> SolverSettings:
+    """The solver block as SolverSettings."""
+    return SolverSettings(
+        solver=spec.solver, time_limit_s=spec.time_limit_s, relative_gap=spec.relative_gap
+    )
+
+
+def read_yaml_problem(data: dict[str, Any], file: str) -> tuple[Problem, SolverSettings]:
     """Validate a meshtune-format mapping and convert it."""
     from autotune.errors import InputError
     from autotune.loading import validate_spec
@@ -321,22 +239,5 @@ def load_problem_data(data: dict[str, Any], file: str) -> Problem:
                 field=str(key),
                 fix=f"remove it or correct the spelling (allowed: {', '.join(allowed)})",
             )
-    return problem_from_spec(validate_spec(PipelineFileSpec, data, file=file))
-
-
-def is_seed_format(data: dict[str, Any]) -> bool:
-    """True for the seed tool's init YAML (it has `pipeline_config`)."""
-    return "pipeline_config" in data
-
-
-def load_problem(path: str | Path) -> tuple[Problem, Any]:
-    """Read either input format; returns the problem and, for the seed
-    format, the memory decomposition (else None)."""
-    from autotune.loading import load_mapping
-
-    data = load_mapping(path)
-    if is_seed_format(data):
-        from autotune.pipeline.seed_format import load_seed_problem
-
-        return load_seed_problem(data, str(path))
-    return load_problem_data(data, str(path)), None
+    spec = validate_spec(PipelineFileSpec, data, file=file)
+    return problem_from_spec(spec), settings_from_spec(spec.solver)
