@@ -174,3 +174,19 @@ def test_gemm_table_held_out_and_never_above_peak(repo_root):
     m, n, k = np.meshgrid(sizes, sizes, sizes)
     rate = gemm_flops(m, n, k) / model.gemm_s(m, n, k)
     assert float(rate.max()) <= peak * (1 + 1e-12)
+
+
+def test_cluster_names_the_chip_for_a_log_without_device_names(repo_root, tmp_path):
+    out = tmp_path / "cal.json"
+    log = str(LOGS / "a100_sendrecv_note.md")
+    result = CliRunner().invoke(
+        main, ["calibrate", log, "--cluster", "a100-hgx", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["chip"] is not None and doc["chip"].startswith("a100")
+    assert "named by --chip" in " ".join(result.output.split())
+    bad = CliRunner().invoke(
+        main, ["calibrate", log, "--cluster", "a100-hgx", "--chip", "mi300x", "--out", str(out)]
+    )
+    assert bad.exit_code == 2 and "but --chip is mi300x" in bad.stderr
