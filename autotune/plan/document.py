@@ -107,7 +107,10 @@ def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
     path = result.inputs.calibration_ref
     file = calibration_file(path) if path else None
     digest = sha256_of(file) if file is not None else None
-    return CalibrationRefDoc(name=cal.name, source=cal.source, path=path, sha256=digest)
+    expected = cal.expected_error.model_dump(mode="json") if cal.expected_error else None
+    return CalibrationRefDoc(
+        name=cal.name, source=cal.source, path=path, sha256=digest, expected_error=expected
+    )
 
 
 def to_document(result: PlanResult, job: JobDoc) -> PlanDocument:
@@ -219,4 +222,11 @@ def _one_d(result: PlanResult) -> OneDDoc | None:
 
 def to_json(result: PlanResult, job: JobDoc) -> str:
     """The document as JSON text (2-space indent, trailing newline)."""
-    return to_document(result, job).model_dump_json(indent=2, by_alias=True) + "\n"
+    doc = to_document(result, job)
+    # calibrations without held-out errors leave the key out (older plan documents)
+    exclude = (
+        {"inputs": {"calibration": {"expected_error"}}}
+        if doc.inputs.calibration.expected_error is None
+        else None
+    )
+    return doc.model_dump_json(indent=2, by_alias=True, exclude=exclude) + "\n"

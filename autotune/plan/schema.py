@@ -192,6 +192,8 @@ class CalibrationRefDoc(_Doc):
     source: str
     path: str | None
     sha256: str | None
+    #: the calibration's held-out relative errors (absent when it records none)
+    expected_error: dict | None = None
 
 
 class InputsDoc(_Doc):
