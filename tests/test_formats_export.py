@@ -283,7 +283,9 @@ def test_jax_module_runs_on_8_cpu_devices(tmp_path: Path, dataflow: str) -> None
     script = (
         # the module asks for its devices before JAX loads, so import it first
         "import json, runpy; ns = runpy.run_path(sys.argv[1]); import jax; "
-        "print(json.dumps({'devices': len(jax.devices()), 'errors': ns['check']()}))"
+        "specs = {k: list(v.spec) for k, v in ns['shardings']('qkv').items()}; "
+        "print(json.dumps({'devices': len(jax.devices()), 'errors': ns['check'](), "
+        "'specs': specs}))"
     )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHONPATH"] = str(REPO)
@@ -299,6 +301,9 @@ def test_jax_module_runs_on_8_cpu_devices(tmp_path: Path, dataflow: str) -> None
     assert result["devices"] >= 8
     assert set(result["errors"]) == {lay["name"] for lay in doc["layers"]}
     assert max(result["errors"].values()) < 1e-4, result
+    qkv = next(lay for lay in doc["layers"] if lay["name"] == "qkv")
+    for t in qkv["tensors"]:
+        assert result["specs"][t["name"]] == t["partition_spec"]
     # and as a script: exit 0 and one line per layer
     script_run = subprocess.run(
         [sys.executable, str(module)], capture_output=True, text=True, env=env, cwd=tmp_path

@@ -206,3 +206,12 @@ def test_transformers_config_plans(tmp_path: Path) -> None:
     model = json.loads(proc.stdout)["inputs"]["model"]
     assert model["head_dim"] == 128 and model["num_kv_heads"] == 8
     assert model["ffn_kind"] == "swiglu" and model["tied_embeddings"] is False
+
+
+def test_compare_takes_a_config_json(tmp_path: Path) -> None:
+    path = _write(tmp_path / "llama-3-8b" / "config.json", LLAMA_3_8B)
+    proc = _meshtune(
+        "compare", "examples/gpt3.yaml", "--model", str(path), "--chips", "16", "--format", "json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "llama-3-8b" in proc.stdout
