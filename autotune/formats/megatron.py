@@ -27,6 +27,8 @@ gets `ring_exchange` (all-gather) or `pipeline` with `num_splits = S`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from autotune.formats.export import (
     NO_OPTIMIZER_SHARDING,
     NO_RECOMPUTE,
@@ -153,7 +155,7 @@ def _overlap(view: PlanView, notes: Notes) -> dict[str, dict[str, object]]:
     return cfg
 
 
-def _planned_gemms(view: PlanView):
+def _planned_gemms(view: PlanView) -> Iterator[tuple[str, str, str, GemmDoc]]:
     """(layer name, TE prefix, column/row, GEMM) in model order."""
     for name, te in TE_NAMES.items():
         layer = view.layer(name)
