@@ -368,3 +368,34 @@ def test_targets_registered() -> None:
 
     assert SUBCOMMANDS["export"] == "autotune.cli.export:export"
     assert set(TARGETS) == {"jax", "maxtext", "megatron", "torchtitan", "mindformers"}
+
+
+def test_jax_export_lists_planned_transposes(tmp_path: Path) -> None:
+    doc = json.loads(PLAN_2D.read_text())
+    doc["transposes"] = [{"where": "ffn_down -> residual", "rows": 262144, "cols": 12288}]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    result = export_plan(str(plan), "jax")
+    (line,) = [n for n in result.not_expressed if n.startswith("transpose at")]
+    assert "ffn_down -> residual (262144 x 12288" in line
+    assert f"not expressed: {line}" in result.files[0].text
+
+
+def test_hugging_face_model_through_plan_and_export(tmp_path: Path) -> None:
+    config = {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+        "vocab_size": 128256, "tie_word_embeddings": False,
+    }  # fmt: skip
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(config))
+    plan = tmp_path / "plan.json"
+    proc = _meshtune(
+        "plan", "examples/gpt3.yaml", "--model", str(tmp_path / "llama" / "config.json"),
+        "--out", str(plan),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    settings = yaml.safe_load(export_plan(str(plan), "maxtext").files[0].text)
+    assert settings["base_num_kv_heads"] == 8 and settings["base_mlp_dim"] == 14336
+    assert settings["mlp_activations"] == ["silu", "linear"]
+    assert settings["logits_via_embedding"] is False

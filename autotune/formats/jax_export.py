@@ -197,6 +197,12 @@ def export_jax(view: PlanView) -> Export:
             "this module covers one tensor-parallel group's FC layers; add the outer axes "
             "to your own mesh"
         )
+    for tr in view.doc.transposes:
+        notes.drop(
+            f"transpose at {tr.where} ({tr.rows} x {tr.cols}, every block, forward and "
+            "backward): run_layer takes and returns logical layouts, so the layout change "
+            "between layers is left to the model code"
+        )
     gemms = _gemm_table(view, notes)
     doc = '"""' + "\n".join(header_lines(view, "jax", KEYS_FROM, notes))
     doc += "\n\nRun `python meshslice_plan.py` to check every layer against a plain matmul.\n"
