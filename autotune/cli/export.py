@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from autotune.cli.common import guarded
-
-_TARGETS = ("jax", "maxtext", "megatron", "torchtitan", "mindformers")
+from autotune.formats.export import TARGETS
 
 
 @click.command()
@@ -14,7 +13,7 @@ _TARGETS = ("jax", "maxtext", "megatron", "torchtitan", "mindformers")
 @click.option(
     "--to",
     "target",
-    type=click.Choice(_TARGETS),
+    type=click.Choice(list(TARGETS)),
     required=True,
     help="Trainer to write for.",
 )
