@@ -10,6 +10,12 @@ from autotune.cli.common import format_option, guarded
 @click.command()
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @click.option(
+    "--model",
+    "model",
+    metavar="FILE_OR_PRESET",
+    help="Model preset, model YAML or Hugging Face config.json (overrides the plan file's).",
+)
+@click.option(
     "--cluster",
     "cluster",
     metavar="FILE_OR_PRESET",
@@ -38,6 +44,7 @@ from autotune.cli.common import format_option, guarded
 @guarded
 def plan(
     model_file: str,
+    model: str | None,
     cluster: str | None,
     calibration: str | None,
     dataflow: str | None,
@@ -59,7 +66,7 @@ def plan(
     from autotune.plan.search import plan as run_plan
     from autotune.specs.plan_input import DataflowPolicy
 
-    inp = load_plan_input(model_file, cluster, calibration)
+    inp = load_plan_input(model_file, cluster, calibration, model)
     result = run_plan(inp, DataflowPolicy(dataflow) if dataflow else None)
     job = plan_job(inp, result, check_memory=False)
     if fmt != "json":
