@@ -102,9 +102,7 @@ def replay(work: StageWork) -> PipelineReplay:
         bwd,
         [chunk_activation_bytes(problem, a, c) for c in range(num)],
     )
-    per_stage = tuple(
-        sum(a.layers_in_chunk(c) for c in range(s, num, pp)) for s in range(pp)
-    )
+    per_stage = tuple(sum(a.layers_in_chunk(c) for c in range(s, num, pp)) for s in range(pp))
     static = tuple(stage_static_bytes(problem, a, s) for s in range(pp))
     busy = tuple(m * sum(fwd[c] + bwd[c] for c in range(s, num, pp)) for s in range(pp))
     useful = sum(busy)
