@@ -242,3 +242,13 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
         solver=SolverReport(solver, status, elapsed, gap, lower_bound or None, rounds, len(paths)),
         infeasible=None,
     )
+
+
+def evaluate_plans(plans) -> tuple[PlanEvaluation, ...]:
+    """Simulate given plans (the seed tool's manual plans), each on its own
+    problem (a manual plan may use another chunk count); labelled by name."""
+    out = []
+    for plan in plans:
+        sim = simulate(plan.problem, plan.assignment)
+        out.append(evaluate(plan.problem, plan.assignment, sim, plan.name))
+    return tuple(out)

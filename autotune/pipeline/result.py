@@ -106,6 +106,9 @@ class BalanceResult:
     solver: SolverReport
     infeasible: Infeasibility | None
     decomposition: object | None = None
+    source_format: str = "meshtune"
+    warnings: tuple[str, ...] = ()
+    manual_plans: tuple[PlanEvaluation, ...] = ()
 
 
 def seed_config(problem: Problem, a: Assignment) -> SeedConfig:
