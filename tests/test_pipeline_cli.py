@@ -48,7 +48,7 @@ def test_example_plans_and_agrees_with_simulator(docs, example):
     plan = doc["plan"]
     # Acceptance: ILP prediction and simulated makespan within 5%.
     assert doc["predicted_step_time_s"] == pytest.approx(plan["step_time_s"], rel=0.05)
-    assert doc["solver"]["gap"] is not None and doc["solver"]["gap"] <= 1e-3
+    assert doc["solver"]["gap"] is not None and doc["solver"]["gap"] <= 1e-3 + 1e-12
     assert all(st["headroom_bytes"] >= 0 for st in plan["stages"])
     if doc["baseline"] is not None:
         assert plan["step_time_s"] <= doc["baseline"]["step_time_s"] * (1 + 1e-9)

@@ -7,6 +7,17 @@ import math
 import click
 
 from autotune.cli.common import format_option, guarded
+from autotune.errors import MeshtuneError
+
+# Exit code when the limit ran out with no plan and no proof (docs/pipeline.md).
+EXIT_NO_PLAN_FOUND = 4
+
+
+class NoPlanFoundError(MeshtuneError):
+    """The time limit ran out before any plan was found, and no proof that
+    none exists: not exit 1, which means proven infeasible."""
+
+    exit_code = EXIT_NO_PLAN_FOUND
 
 
 def _positive(value: float | None, flag: str) -> None:
@@ -155,4 +166,6 @@ def pipeline(
                 click.echo(f"wrote {path}")
     if result.plan is None:
         reason = result.infeasible.reason if result.infeasible else "no plan"
-        raise NoFeasiblePlanError(reason)
+        if result.solver.status == "infeasible":
+            raise NoFeasiblePlanError(reason)
+        raise NoPlanFoundError(reason)

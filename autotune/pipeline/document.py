@@ -110,7 +110,7 @@ def to_document(result: BalanceResult, source_file: str) -> dict[str, Any]:
             "layer_kinds": [{"kind": g.kind, "count": g.count} for g in pr.groups],
             "recompute_options": {o.name: o.backward_time_coef for o in pr.options},
         },
-        "status": "infeasible" if result.plan is None else "ok",
+        "status": "ok" if result.plan is not None else result.solver.status,
         "solver": {
             "name": result.solver.solver,
             "status": result.solver.status,
@@ -118,6 +118,8 @@ def to_document(result: BalanceResult, source_file: str) -> dict[str, Any]:
             "gap": result.solver.gap,
             "lower_bound_s": result.solver.lower_bound_s,
             "num_rounds": result.solver.num_rounds,
+            "first_plan_s": result.solver.first_plan_s,
+            "time_limited": result.solver.time_limited,
         },
         "predicted_step_time_s": result.predicted_step_s,
         "plan": _plan(result.plan) if result.plan is not None else None,

@@ -82,6 +82,8 @@ class SolverReport:
     lower_bound_s: float | None
     num_rounds: int
     num_paths: int
+    first_plan_s: float | None = None
+    time_limited: bool = False
 
 
 @dataclass(frozen=True)
