@@ -119,13 +119,14 @@ def _improve(
     time_limit_s: float,
     gap: float,
     verbose: bool,
+    deadline_s: float | None = None,
 ) -> Assignment:
-    """One-layer moves from `found`, then (CBC only) the MILP with the layer
-    counts fixed."""
+    """One-layer moves from `found` (until `deadline_s`), then (CBC only)
+    the MILP with the layer counts fixed."""
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.layer_search import better, improve_layers
 
-    found = improve_layers(problem, found)
+    found = improve_layers(problem, found, deadline_s=deadline_s)
     if solver == "highs":
         return found
     layers = [
@@ -259,7 +260,11 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
             lower_bound = max(lower_bound, last.bound)
         if limited and not improved:
             improved = True
-            offer(_improve(problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose))
+            offer(
+                _improve(
+                    problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s
+                )
+            )
             continue
         stopped_by_limit = stopped_by_limit or limited
         if last.status == "infeasible" and best is None and not limited:

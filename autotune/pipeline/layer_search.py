@@ -24,6 +24,7 @@ squared layers per stage), then the smaller counts in model order.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy
@@ -245,10 +246,15 @@ def _choice_of(ev: _Evaluator, layers, a: Assignment) -> tuple[list, list[int]] 
 
 
 def improve_layers(
-    problem: Problem, start: Assignment, max_moves: int = MAX_LAYER_MOVES
+    problem: Problem,
+    start: Assignment,
+    max_moves: int = MAX_LAYER_MOVES,
+    deadline_s: float | None = None,
 ) -> Assignment:
     """Hill-climb over one-layer boundary moves from `start` (which fits);
-    at most `max_moves` layouts are evaluated; never worse than `start`."""
+    at most `max_moves` layouts are evaluated, and none after `deadline_s`
+    (time.perf_counter(); the wall-clock limit, which only a run that hits
+    it makes load-dependent); never worse than `start`."""
     ev = _Evaluator(problem)
     pp, num = problem.num_stages, problem.num_virtual
     layers = [[start.group_layers(c, g) for g in range(len(problem.groups))] for c in range(num)]
@@ -266,10 +272,14 @@ def improve_layers(
     evaluated = 0
     improved = True
     while improved and evaluated < max_moves:
+        if deadline_s is not None and time.perf_counter() > deadline_s:
+            break
         improved = False
         for c in range(num):
             for target, new in _moves(problem, layers, c):
-                if evaluated >= max_moves:
+                if evaluated >= max_moves or (
+                    deadline_s is not None and time.perf_counter() > deadline_s
+                ):
                     break
                 evaluated += 1
                 stages = sorted({c % pp, target % pp})
