@@ -193,3 +193,44 @@ def test_infeasible_cap_exit_1(tmp_path):
     assert doc["infeasible"]["tightest_stage"] in (0, 1)
     assert doc["infeasible"]["shortfall_bytes"] > 0
     assert "is the tightest and still needs" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("solver", "extra"), [("highs", []), ("highs", ["--verbose"]), ("cbc", [])]
+)
+def test_json_stdout_parses_in_a_real_process(tmp_path, repo_root, solver, extra):
+    # The solvers write from C to file descriptor 1, which CliRunner does not
+    # see; a child process shows what a shell pipe to `python -m json.tool` gets.
+    import subprocess
+    import sys
+
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE + f"solver: {{solver: {solver}, time_limit_s: 20}}\n")
+    code = "from autotune.cli import main; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "pipeline", str(path), "--format", "json", *extra],
+        capture_output=True,
+        text=True,
+        cwd=repo_root,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["solver"]["name"] == solver and doc["plan"]["fits"]
+    if extra:
+        assert "HiGHS" in proc.stderr
+
+
+def test_no_plan_and_no_proof_is_not_exit_1(tmp_path, monkeypatch):
+    # A limit too short for anything: the run says so and exits 4, not 1.
+    import autotune.pipeline.balance as bal
+
+    monkeypatch.setattr(bal, "_heuristic_start", lambda *a, **k: (None, None))
+    monkeypatch.setattr(bal, "baselines", lambda p: [])
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE)
+    result = run("pipeline", str(path), "--format", "json", "--time-limit", "0.01")
+    assert result.exit_code == 4, result.output
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "no_plan" and doc["plan"] is None
+    assert "none proven impossible" in result.stderr
