@@ -234,3 +234,36 @@ def test_no_plan_and_no_proof_is_not_exit_1(tmp_path, monkeypatch):
     doc = json.loads(result.stdout)
     assert doc["status"] == "no_plan" and doc["plan"] is None
     assert "none proven impossible" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "pattern"),
+    [
+        ("p.yaml", BASE.replace("cap_gib: 10", "cap_gib: .nan"), r"memory\.cap_gib"),
+        ("p.yaml", BASE.replace("forward_ms: 1.0,", "forward_ms: .inf,"), r"forward_ms"),
+        (
+            "p.yaml",
+            BASE.replace("{none: 1.0, full: 0.1}", "{none: .nan, full: 0.1}"),
+            r"activation_memory_gib",
+        ),
+        ("s.yaml", None, r"round 0 stage 1: got nan; must be a finite positive number of MB"),
+        ("s2.yaml", "time", r"time_config\.head: got -0\.9; must be a finite number >= 0"),
+        ("l.json", "json", r"l\.json: is not valid JSON: NaN is not a number JSON allows"),
+    ],
+)
+def test_non_finite_numbers_one_line_exit_2(tmp_path, repo_root, name, text, pattern):
+    import re
+
+    seed = (repo_root / EXAMPLES[2]).read_text()
+    if name == "s.yaml":
+        text = seed.replace("memories: [49019,", "memories: [.nan,")
+    elif name == "s2.yaml":
+        text = seed.replace("head: 0.9", "head: -0.9")
+    elif name == "l.json":
+        text = (repo_root / "tests/fixtures/seed_tool/demo.json").read_text().replace("852", "NaN")
+    path = tmp_path / name
+    path.write_text(text)
+    result = run("pipeline", str(path), "--stages", "16", "--micro-batches", "16")
+    assert result.exit_code == 2, result.output
+    assert re.search(pattern, result.stderr), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

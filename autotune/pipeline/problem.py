@@ -272,15 +272,13 @@ class Problem:
 @dataclass(frozen=True)
 class SolverSettings:
     """How the balancer searches (not part of the problem): solver, wall-time
-    limit of the whole search, the relative gap at which it stops, and the
-    solver's thread count and random seed (fixed, so the same problem gives
-    the same plan); `verbose` sends the solver's log to stderr."""
+    limit of the whole search, the relative gap at which it stops; `verbose`
+    sends the solver's log to stderr. (The solvers always run on one thread
+    with a fixed seed, so the same problem gives the same plan.)"""
 
     solver: SolverChoice = SolverChoice.AUTO
     time_limit_s: float = 60.0
     relative_gap: float = 1e-3
-    threads: int = 1
-    random_seed: int = 0
     verbose: bool = False
 
     def __post_init__(self) -> None:

@@ -33,8 +33,14 @@ from autotune.pipeline.problem import (
     SolverSettings,
 )
 from autotune.pipeline.seed_plans import MANUAL_KEY
-from autotune.pipeline.yaml_format import GIB, MS, PipelineShapeSpec, SolverSpec, settings_from_spec
-from autotune.specs.base import Spec
+from autotune.pipeline.yaml_format import (
+    GIB,
+    MS,
+    PipelineShapeSpec,
+    SolverSpec,
+    Spec,
+    settings_from_spec,
+)
 
 MIB = float(2**20)
 
@@ -181,8 +187,13 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
     out: list[Measurement] = []
 
     def add(r: int, s: int, memory_mb: Any, label: str) -> None:
-        if not isinstance(memory_mb, (int, float)) or isinstance(memory_mb, bool) or memory_mb <= 0:
-            raise _err("must be a positive number of MB", file, label, memory_mb)
+        if (
+            not isinstance(memory_mb, (int, float))
+            or isinstance(memory_mb, bool)
+            or not math.isfinite(memory_mb)
+            or memory_mb <= 0
+        ):
+            raise _err("must be a finite positive number of MB", file, label, memory_mb)
         n = base + offsets[r][s]
         full, sel, comm = (
             n if rec[k][r][s] == ALL else rec[k][r][s]
