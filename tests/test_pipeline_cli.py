@@ -226,6 +226,7 @@ def test_no_plan_and_no_proof_is_not_exit_1(tmp_path, monkeypatch):
     import autotune.pipeline.balance as bal
 
     monkeypatch.setattr(bal, "_heuristic_start", lambda *a, **k: (None, None))
+    monkeypatch.setattr(bal, "_quick_start", lambda p: None)
     monkeypatch.setattr(bal, "baselines", lambda p: [])
     path = tmp_path / "p.yaml"
     path.write_text(BASE)

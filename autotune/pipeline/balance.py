@@ -32,8 +32,8 @@ from autotune.pipeline.result import (
 from autotune.pipeline.simulator import Simulation, simulate
 
 MAX_CUT_ROUNDS = 60
-# Share of the remaining time the first MILP solve gets before the layer moves.
-FIRST_SHARE = 0.4
+# The layer moves run when the first plan is this far above the LP bound.
+IMPROVE_ABOVE_BOUND = 0.02
 
 
 def _path_of(sim: Simulation):
@@ -74,15 +74,25 @@ def _rounded_layers(problem: Problem, layers) -> list[list[int]] | None:
     return layers_in_order(problem, per_chunk)
 
 
+def _quick_start(problem: Problem) -> Assignment | None:
+    """The first plan, in about a second: the even split's layer counts
+    (repaired when they cannot fit) with the recomputation chosen by the
+    local search (search.py, layer_search.py)."""
+    from autotune.pipeline.layer_search import feasible_start
+    from autotune.pipeline.search import local_search
+
+    layers = even_layer_split(problem)
+    return local_search(problem, layers) or feasible_start(problem, layers)
+
+
 def _heuristic_start(
     problem: Problem, paths, solver: str, time_limit_s: float, gap: float, verbose: bool
 ):
-    """A first plan, found without the MILP's search: the LP relaxation's
-    layer counts rounded (or, when those cannot fit, repaired; or the even
-    split repaired), the recomputation chosen by the local search
-    (search.py, layer_search.py). Every step is bounded by a count of moves,
-    so the plan does not depend on the machine's speed. Also the relaxation's
-    value, a lower bound on the step. (None, bound) when no start fits."""
+    """A usually better plan: the LP relaxation's layer counts rounded (or,
+    when those cannot fit, repaired), the recomputation chosen by the local
+    search. Every step is bounded by a count of moves, so the plan does not
+    depend on the machine's speed. Also the relaxation's value, a lower bound
+    on the step. (None, bound) when no start fits."""
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.layer_search import feasible_start
     from autotune.pipeline.search import local_search
@@ -96,19 +106,13 @@ def _heuristic_start(
         relative_gap=gap,
         verbose=verbose,
     )
-    starts = []
-    if relaxed.layers is not None:
-        rounded = _rounded_layers(problem, relaxed.layers)
-        if rounded is not None:
-            starts.append(rounded)
-    starts.append(even_layer_split(problem))
-    found = None
-    for layers in starts:
-        found = local_search(problem, layers) or feasible_start(problem, layers)
-        if found is not None:
-            break
     bound = relaxed.objective if relaxed.layers is not None else None
-    return found, bound
+    if relaxed.layers is None:
+        return None, bound
+    rounded = _rounded_layers(problem, relaxed.layers)
+    if rounded is None:
+        return None, bound
+    return local_search(problem, rounded) or feasible_start(problem, rounded), bound
 
 
 def _improve(
@@ -217,15 +221,24 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     if baseline is not None:
         offer(baseline.assignment)
     limit_s = settings.time_limit_s
-    start, lower_bound = _heuristic_start(problem, paths, solver, limit_s / 4, gap_rel, verbose)
+    quick = _quick_start(problem)
+    if quick is not None:
+        offer(quick)
+    first_plan_s = time.perf_counter() - t0 if best is not None else None
+    start, lower_bound = _heuristic_start(problem, paths, solver, limit_s / 2, gap_rel, verbose)
     lower_bound = lower_bound or 0.0
     if start is not None:
         offer(start)
-    first_plan_s = time.perf_counter() - t0 if best is not None else None
-    # The one-layer moves cost seconds and rarely pay on instances the MILP
-    # proves quickly, so the MILP gets a first share of the time; the moves
-    # run when it stops on the clock, and it goes on from their plan.
-    improved = best is None
+    if first_plan_s is None and best is not None:
+        first_plan_s = time.perf_counter() - t0
+    # The one-layer moves cost seconds and rarely pay when the plan is already
+    # close to the relaxation's bound (the MILP then proves it quickly); far
+    # from it, they give the MILP a better cutoff. The MILP then runs once
+    # for the rest of the time: a second start would lose its tree.
+    if best is not None and best[1].makespan_s > lower_bound * (1 + IMPROVE_ABOVE_BOUND):
+        offer(
+            _improve(problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s)
+        )
     rounds = 0
     last = None
     proven_infeasible = False
@@ -245,7 +258,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
         last = solve(
             problem,
             paths,
-            time_limit_s=remaining if improved else remaining * FIRST_SHARE,
+            time_limit_s=remaining,
             solver=solver,
             start=best[0] if best is not None and known is None else None,
             split_step_limit_s=cutoff,
@@ -258,14 +271,6 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
         limited = last.status in ("feasible", "no_solution")
         if last.bound is not None:
             lower_bound = max(lower_bound, last.bound)
-        if limited and not improved:
-            improved = True
-            offer(
-                _improve(
-                    problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s
-                )
-            )
-            continue
         stopped_by_limit = stopped_by_limit or limited
         if last.status == "infeasible" and best is None and not limited:
             proven_infeasible = True
