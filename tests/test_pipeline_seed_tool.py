@@ -56,7 +56,7 @@ def test_multi_round_init_yaml_folds_the_constant():
     # stages for six unknowns, which the seed tool solves without the constant.
     result, doc = run_json(
         str(FIX / "init_demopp4.yaml"),
-        *("--micro-batches", "8", "--memory-cap-mb", "20000", "--time-limit", "5"),
+        *("--micro-batches", "8", "--memory-cap-mb", "20000", "--time-limit", "2"),
     )
     assert result.exit_code == 0, result.stderr
     assert doc["decomposition"]["constant_bytes"] == 0.0
@@ -87,7 +87,7 @@ def test_layer_description_json(name, chunks):
     result, doc = run_json(
         str(FIX / name),
         *("--stages", "16", "--chunks", chunks, "--micro-batches", "32"),
-        *("--memory-cap-mb", "56000", "--time-limit", "4"),
+        *("--memory-cap-mb", "56000", "--time-limit", "2"),
     )
     assert result.exit_code == 0, result.stderr
     assert doc["inputs"]["format"] == "seed-layers"

@@ -237,7 +237,9 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     # for the rest of the time: a second start would lose its tree.
     if best is not None and best[1].makespan_s > lower_bound * (1 + IMPROVE_ABOVE_BOUND):
         offer(
-            _improve(problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s)
+            _improve(
+                problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s / 2
+            )
         )
     rounds = 0
     last = None
@@ -276,7 +278,9 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
             proven_infeasible = True
         if last.assignment is None or last.status == "infeasible":
             break
-        if not limited:
+        if not limited or solver == "cbc":
+            # CBC has no cutoff here and seldom proves within the limit: its
+            # plan at the limit is used (runs that hit it may then differ).
             offer(last.assignment)
         if last.status == "cutoff" or limited:
             break
