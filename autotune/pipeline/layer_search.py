@@ -40,7 +40,7 @@ from autotune.pipeline.search import (
 from autotune.pipeline.simulator import simulate
 
 MAX_REPAIR_MOVES = 2000
-MAX_LAYER_MOVES = 600
+MAX_LAYER_MOVES = 300
 REL_TIE = 1e-9
 
 
@@ -269,40 +269,33 @@ def improve_layers(
         best, best_step = start, simulate(problem, start).makespan_s
         found = _choice_of(ev, layers, start)
         cands, choice = found
-    evaluated = 0
-    improved = True
-    while improved and evaluated < max_moves:
+    # Chunks are visited cyclically from where the last kept move was made,
+    # and the climb ends after a full cycle without a kept move (or the
+    # budget): no evaluation is spent re-checking moves that just failed.
+    evaluated, since_kept, c = 0, 0, 0
+    while since_kept < num and evaluated < max_moves:
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
-        improved = False
-        for c in range(num):
-            for target, new in _moves(problem, layers, c):
-                if evaluated >= max_moves or (
-                    deadline_s is not None and time.perf_counter() > deadline_s
-                ):
-                    break
-                evaluated += 1
-                stages = sorted({c % pp, target % pp})
-                new_cands = list(cands)
-                ok = True
-                for s in stages:
-                    got = ev.candidates(new, s)
-                    if got is None:
-                        ok = False
-                        break
-                    new_cands[s] = got
-                if not ok:
-                    continue
-                new_choice = [0 if s in stages else choice[s] for s in range(pp)]
-                new_choice, step = ev.reoptimise(new, new_cands, new_choice, stages)
-                if step < best_step * (1 - REL_TIE):
-                    plan = ev.plan(new_cands, new_choice)
-                    layers, cands, choice = new, new_cands, new_choice
-                    best, best_step = plan, simulate(problem, plan).makespan_s
-                    improved = True
-                    break
-            if improved:
+        kept = False
+        for target, new in _moves(problem, layers, c):
+            evaluated += 1
+            stages = sorted({c % pp, target % pp})
+            new_cands = list(cands)
+            for s in stages:
+                new_cands[s] = ev.candidates(new, s)
+            if any(new_cands[s] is None for s in stages):
+                continue
+            new_choice = [0 if s in stages else choice[s] for s in range(pp)]
+            new_choice, step = ev.reoptimise(new, new_cands, new_choice, stages)
+            if step < best_step * (1 - REL_TIE):
+                plan = ev.plan(new_cands, new_choice)
+                layers, cands, choice = new, new_cands, new_choice
+                best, best_step = plan, simulate(problem, plan).makespan_s
+                kept = True
                 break
+        since_kept = 0 if kept else since_kept + 1
+        if not kept:
+            c = (c + 1) % num
     return best
 
 
