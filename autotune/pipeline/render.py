@@ -70,18 +70,8 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
         f"{' + '.join(f'{g.count} {g.kind}' for g in pr.groups)} layers, "
         f"cap {_gib(pr.memory_cap_bytes)} GiB"
     )
-    dec = result.decomposition
-    if dec is not None:
-        acts = ", ".join(f"{k} {v / 2**20:.0f}" for k, v in dec.activation_bytes.items())
-        console.print(
-            f"Memory decomposition (MiB): parameters {dec.parameter_bytes / 2**20:.0f}/layer, "
-            f"activation/layer/micro-batch {acts}, constant {dec.constant_bytes / 2**20:.0f}, "
-            f"head {dec.head_bytes / 2**20:.0f}, tail {dec.tail_bytes / 2**20:.0f}; "
-            f"rms residual {dec.rms_residual_bytes / 2**20:.1f} MiB over "
-            f"{dec.num_measurements} stages (max {_pct(dec.max_relative_residual)})"
-        )
-        for w in dec.warnings:
-            console.print(f"[yellow]warning[/yellow]: {w}")
+    if result.decomposition is not None:
+        render_decomposition(result.decomposition, console)
     s = result.solver
     console.print(f"Solver: {s.solver}, {s.status}, {s.solve_time_s:.2f} s, gap {_pct(s.gap)}")
     if result.plan is None:
@@ -103,6 +93,19 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
         )
     else:
         console.print("Baseline: no even split with one recomputation option fits the cap")
+    if result.manual_plans:
+        table = Table(box=box.SIMPLE_HEAVY, title="Manual plans (simulated)")
+        for col in ("plan", "chunks", "step time", "vs balanced", "fits"):
+            table.add_column(col, justify="right")
+        for m in result.manual_plans:
+            table.add_row(
+                m.label,
+                str(len(m.stages[0].chunks)),
+                _ms(m.step_time_s),
+                f"{m.step_time_s / plan.step_time_s:.4f}x",
+                "yes" if m.fits else "[red]no[/red]",
+            )
+        console.print(table)
     console.print("[bold]Seed framework config[/bold]:")
     console.print(f"  offset: {plan.seed.offset}")
     console.print(f"  recompute: {plan.seed.recompute}")
@@ -114,3 +117,19 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
         )
         for st, row in enumerate(timeline_rows(plan.simulation, pr.num_stages, TIMELINE_WIDTH)):
             console.print(f"{st:>3} {row}", markup=False, highlight=False)
+
+
+def render_decomposition(dec, console: Console | None = None) -> None:
+    """Print the solved per-layer memories, the fit and its warnings."""
+    console = console or Console()
+    acts = ", ".join(f"{k} {v / 2**20:.0f}" for k, v in dec.activation_bytes.items())
+    console.print(
+        f"Memory decomposition (MiB): parameters {dec.parameter_bytes / 2**20:.0f}/layer, "
+        f"activation/layer/micro-batch {acts}, constant {dec.constant_bytes / 2**20:.0f}, "
+        f"head {dec.head_bytes / 2**20:.0f}, tail {dec.tail_bytes / 2**20:.0f}; "
+        f"rms residual {dec.rms_residual_bytes / 2**20:.1f} MiB over "
+        f"{dec.num_measurements} stages (max {_pct(dec.max_relative_residual)})",
+        highlight=False,
+    )
+    for w in dec.warnings:
+        console.print(f"[yellow]warning[/yellow]: {w}", highlight=False)
