@@ -14,6 +14,10 @@ the optimizer step.
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +45,21 @@ class BalancedPlan:
     stage_peak_bytes: list[float]
     bubble_fraction: float
     proved: bool
+
+
+@contextmanager
+def _solver_output_to_stderr() -> Iterator[None]:
+    """Send what the solver library prints on file descriptor 1 (HiGHS's
+    banner) to stderr, so a JSON document on stdout stays parseable."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def balance_key(c: Candidates, i: int, recompute_auto: bool) -> tuple[int, ...]:
@@ -125,7 +144,8 @@ def balance_candidate(
     """Balance candidate `i` (pp > 1); None when no plan fits in memory."""
     problem, extras = build_problem(model, hw, train, c, i)
     settings = SolverSettings(time_limit_s=time_limit_s, threads=1, random_seed=0)
-    result = balance(problem, settings)
+    with _solver_output_to_stderr():
+        result = balance(problem, settings)
     plan = result.plan
     if plan is None or not plan.fits:
         return None

@@ -92,11 +92,11 @@ class SearchConstraints(Spec):
     )
     zero_stages: list[int] = Field(default=[0, 1, 2, 3], description="ZeRO stages auto may choose.")
     finalists: int = Field(
-        default=8, ge=1, description="Best closed-form candidates balanced by the pipeline ILP."
+        default=3, ge=1, description="Best closed-form candidates balanced by the pipeline ILP."
     )
     top_n: int = Field(default=5, ge=1, description="Alternatives shown beside the winner.")
     ilp_time_limit_s: float = Field(
-        default=5.0, gt=0, description="Wall-time limit of one pipeline ILP solve, seconds."
+        default=3.0, gt=0, description="Wall-time limit of one pipeline ILP solve, seconds."
     )
 
 
