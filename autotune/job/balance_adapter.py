@@ -24,7 +24,13 @@ import numpy as np
 
 from autotune.job.candidates import Candidates
 from autotune.job.cluster_view import JobHardware
-from autotune.job.pricing import activation_bytes, block_figures, block_params, price
+from autotune.job.pricing import (
+    activation_bytes,
+    block_figures,
+    block_params,
+    end_block_seconds,
+    price,
+)
 from autotune.pipeline.balance import balance
 from autotune.pipeline.problem import EndBlock, Layer, Problem, SolverSettings
 from autotune.specs.job_search import RECOMPUTE_MODES, AutoTrainingSpec
@@ -100,17 +106,12 @@ def build_problem(
     )
     h, vocab = model.hidden_size, model.vocab_size or 0
     tokens = int(one.mbs[0]) * train.sequence_length
-    rate = hw.peak_flops_per_s * hw.gemm_efficiency
-    tail_gemm_s = 2.0 * tokens * h * vocab / t / rate
-    loss_s = 3 * tokens * vocab * 4 / t / hw.hbm_bytes_per_s
+    head_s, tail_fwd, tail_bwd = (float(x[0]) for x in end_block_seconds(model, hw, train, one))
     logits = tokens * vocab / t * (4 + el)
-    head = EndBlock(
-        forward_s=tokens * h * el / t / hw.hbm_bytes_per_s,
-        memory_bytes=vocab * h / t * per_param,
-    )
+    head = EndBlock(forward_s=head_s, memory_bytes=vocab * h / t * per_param)
     tail = EndBlock(
-        forward_s=tail_gemm_s + loss_s / 3,
-        backward_s=2 * tail_gemm_s + 2 * loss_s / 3,
+        forward_s=tail_fwd,
+        backward_s=tail_bwd,
         memory_bytes=(vocab * h + h) / t * per_param + logits,
     )
     transient = float(acts[0]) if "full" in modes else 0.0

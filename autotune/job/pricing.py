@@ -198,10 +198,8 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
 
     first_n, last_n, mid_n = _split_counts(model, c)
 
-    head_s = tokens * h * el / t / hw.hbm_bytes_per_s
-    rate = hw.peak_flops_per_s * hw.gemm_efficiency
-    tail_flops = 2.0 * tokens * h * vocab / t
-    tail_s = 3 * tail_flops / rate + 3 * tokens * vocab * 4 / t / hw.hbm_bytes_per_s
+    head_s, tail_fwd, tail_bwd = end_block_seconds(model, hw, train, c)
+    tail_s = tail_fwd + tail_bwd
     pp_bw, pp_lat = _links(hw, c.tp * dp, np.where(pp > 1, 2, 1))
     msg_s = np.where(pp > 1, tokens * h * el / t / pp_bw + pp_lat, 0.0)
     pp_comm = 2 * v * msg_s
@@ -271,6 +269,23 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
 
     first_bytes, last_bytes = memory_bytes(model, hw, train, c)
     return Priced(step, comp, first_bytes, last_bytes, hw.usable_bytes)
+
+
+def end_block_seconds(
+    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per micro-batch on one chip: the head's forward (embedding lookup,
+    `T h` elements written), the tail's forward and backward (output GEMM
+    `2 T h V / t` FLOPs forward, twice that backward; the loss reads and
+    writes the fp32 logits: one pass forward, two backward)."""
+    el = train.dtype.num_bytes
+    h, vocab = model.hidden_size, model.vocab_size or 0
+    t = c.tp.astype(float)
+    tokens = (c.mbs * train.sequence_length).astype(float)
+    head = tokens * h * el / t / hw.hbm_bytes_per_s
+    gemm = 2.0 * tokens * h * vocab / t / (hw.peak_flops_per_s * hw.gemm_efficiency)
+    loss = tokens * vocab * 4 / t / hw.hbm_bytes_per_s
+    return head, gemm + loss, 2 * gemm + 2 * loss
 
 
 def _split_counts(model: ModelSpec, c: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

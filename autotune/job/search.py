@@ -39,6 +39,7 @@ from autotune.job.pricing import (
     activation_bytes,
     block_figures,
     block_params,
+    end_block_seconds,
     memory_bytes,
     price,
 )
@@ -111,13 +112,26 @@ def memory_lower_bound(
 def _step_lower_bound(
     model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates, p: Priced
 ) -> np.ndarray:
-    """Seconds no balanced plan of a pipelined candidate can beat (step 4)."""
+    """Seconds no balanced plan of a pipelined candidate can beat.
+
+    Stage `b` cannot start before micro-batch 1 has run forward through the
+    stages before it, does `m W_b` of work, and its last backward still has
+    to run through those stages: `step >= sum_{s<b} W_s + m W_b` for every
+    `b` (1F1B). Over any split of the total work `S` (no recomputation, head
+    and tail included) the smallest maximum of these makes them all equal,
+    which gives `S / (1 - (1 - 1/m)^pp)`. Interleaved schedules use the
+    weaker `m S / pp` (every stage busy `m W_b`, the largest at least the
+    average). The pipeline transfers, data-parallel and optimizer terms are
+    added as the balancer's plans add them."""
     blk = block_figures(model, hw, train, c)
+    head, tail_fwd, tail_bwd = end_block_seconds(model, hw, train, c)
     m = (train.global_batch_sequences // (c.dp * c.mbs)).astype(float)
-    work = model.num_layers * (blk.forward_s + blk.backward_s)
+    work = model.num_layers * (blk.forward_s + blk.backward_s) + head + tail_fwd + tail_bwd
+    chain = work / (1 - (1 - 1 / m) ** c.pp)
+    pipe = np.where(c.v == 1, np.maximum(chain, m * work / c.pp), m * work / c.pp)
     comm = p.components["pp_comm_s"] / m
     return (
-        m * work / c.pp
+        pipe
         + (m + (c.pp - 1) / c.v) * comm
         + (p.components["dp_comm_s"] + p.components["optimizer_s"])
     )
