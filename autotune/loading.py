@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from autotune.errors import InputError
 from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import PlanInput, SearchSpec
@@ -189,9 +191,56 @@ def load_model_spec(ref: str | Path, base: Path | None = None) -> ModelSpec:
     return _load_yaml_ref(ref, "models", "model", ModelSpec, base)
 
 
+_NODE_COUNT = re.compile(r"^(?P<base>[a-z0-9][a-z0-9.-]*?)-(?P<nodes>[1-9][0-9]*)n$")
+
+
+def _node_count_ref(ref: str) -> tuple[Path, int] | None:
+    """`BASE-<N>n` where BASE is a bundled node preset: its file and N."""
+    m = _NODE_COUNT.match(ref)
+    if m is None:
+        return None
+    preset = _preset_dir("clusters") / f"{m['base']}.yaml"
+    return (preset, int(m["nodes"])) if preset.exists() else None
+
+
 def load_cluster_spec(ref: str | Path, base: Path | None = None) -> tuple[ClusterSpec, str]:
-    """A cluster preset name or YAML file; returns the spec and where it came from."""
+    """A cluster preset name or YAML file; returns the spec and where it came from.
+
+    `BASE-<N>n` (e.g. `h100-hgx-32n`) is the node preset BASE with N nodes:
+    its `num_chips` becomes N times its `node.chips_per_node`."""
+    counted = _node_count_ref(str(ref))
+    if counted is not None and not (_preset_dir("clusters") / f"{ref}.yaml").exists():
+        path, nodes = counted
+        data = load_mapping(path)
+        node = data.get("node")
+        if not isinstance(node, dict) or not isinstance(node.get("chips_per_node"), int):
+            raise InputError(
+                "has no node.chips_per_node, so a node count cannot be set by name",
+                file=str(path),
+                field="node.chips_per_node",
+                fix=f"use the preset {path.stem} and set num_chips in the plan file",
+            )
+        data = {**data, "name": str(ref), "num_chips": nodes * node["chips_per_node"]}
+        return validate_spec(ClusterSpec, data, file=str(path)), str(ref)
     return _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base), str(ref)
+
+
+def cluster_file(ref: str, base: Path | None = None) -> Path | None:
+    """The file behind a cluster reference (preset, `BASE-<N>n` or path), if any."""
+    counted = _node_count_ref(ref)
+    path = _resolve_ref(ref, "clusters", base)
+    if not path.exists() and counted is not None:
+        path = counted[0]
+    return path if path.is_file() else None
+
+
+def load_chip_for(cluster: ClusterSpec, base: Path | None) -> ChipSpec | None:
+    """The chip a cluster names (preset or path relative to `base`), or None."""
+    if cluster.chip is None:
+        return None
+    from autotune.hardware.cluster import resolve_cluster
+
+    return resolve_cluster(cluster, base).chip
 
 
 def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[CalibrationSpec, str]:
@@ -297,10 +346,11 @@ def load_plan_input(
         cluster_ref = f"{file}#cluster"
         cluster_base = base
     elif isinstance(cluster_src, str):
-        cluster, cluster_ref = load_cluster_spec(
-            cluster_src, None if cluster_override is not None else base
+        cluster_lookup = None if cluster_override is not None else base
+        cluster, cluster_ref = load_cluster_spec(cluster_src, cluster_lookup)
+        cluster_path = cluster_file(cluster_src, cluster_lookup) or _resolve_ref(
+            cluster_src, "clusters", base
         )
-        cluster_path = _resolve_ref(cluster_src, "clusters", base)
         cluster_base = cluster_path.parent
     else:
         raise InputError(
@@ -341,6 +391,7 @@ def load_plan_input(
         model=model,
         training=training,
         cluster=cluster,
+        chip=load_chip_for(cluster, cluster_base),
         calibration=calibration,
         search=search,
         source_file=file,

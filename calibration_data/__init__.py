@@ -6,7 +6,10 @@ from importlib import resources
 from pathlib import Path
 
 #: preset name -> file in this package
-CALIBRATION_PRESETS: dict[str, str] = {"tpu-v4": "tpu_v4.json"}
+CALIBRATION_PRESETS: dict[str, str] = {
+    "tpu-v4": "tpu_v4.json",
+    "dgx-a100-nominal": "dgx_a100_nominal.json",
+}
 
 
 def data_path(filename: str) -> Path:

@@ -45,20 +45,44 @@ def saturating_efficiency(
     return max_efficiency * (m / (m + m_half)) * (n / (n + n_half)) * (k / (k + k_half))
 
 
+def gemm_hbm_bytes(m: ArrayLike, n: ArrayLike, k: ArrayLike, element_bytes: float) -> np.ndarray:
+    """Fewest HBM bytes a local GEMM moves: read `A` (m x k) and `B`
+    (k x n) once and write `C` (m x n) once::
+
+        bytes = (m*k + k*n + m*n) * element_bytes
+
+    (the roofline's memory side; hardware.md section 3). Dimensions in
+    elements, `element_bytes` per element, bytes out."""
+    m = np.asarray(m, dtype=float)
+    n = np.asarray(n, dtype=float)
+    k = np.asarray(k, dtype=float)
+    return (m * k + k * n + m * n) * element_bytes
+
+
 @dataclass(frozen=True)
 class ComputeModel:
-    """Local GEMM time on one chip: peak rate times a shape-dependent
-    efficiency (constant when every `*_half` is zero)."""
+    """Local GEMM time on one chip: a roofline bounded by the chip's peak
+    FLOP/s and its HBM bandwidth, with a shape-dependent efficiency below
+    peak (constant when every `*_half` is zero).
+
+    `peak_flops_per_s` is the chip's peak; `max_efficiency` (<= 1) the
+    large-GEMM fraction of it a calibration measured; `hbm_bytes_per_s`
+    the HBM bandwidth (0: no memory bound, for clusters that give none);
+    `element_bytes` the operand element size the memory bound counts.
+    """
 
     peak_flops_per_s: float
     max_efficiency: float = 1.0
     m_half: float = 0.0
     n_half: float = 0.0
     k_half: float = 0.0
+    hbm_bytes_per_s: float = 0.0
+    element_bytes: float = 2.0
 
     def __post_init__(self) -> None:
         assert self.peak_flops_per_s > 0 and 0 < self.max_efficiency <= 1.0
         assert min(self.m_half, self.n_half, self.k_half) >= 0
+        assert self.hbm_bytes_per_s >= 0 and self.element_bytes > 0
 
     def efficiency(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
         """:func:`saturating_efficiency` with this model's parameters."""
@@ -67,17 +91,25 @@ class ComputeModel:
         )
 
     def gemm_s(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
-        """Seconds for one local GEMM.
+        """Seconds for one local GEMM: the roofline.
 
-        Formula (seed 000 section 3.2.2; model.md section 5)::
+        Formula (seed 000 section 3.2.2; model.md section 5; hardware.md
+        section 3)::
 
-            t = 2 * m * n * k / (peak_flops_per_s * eff(m, n, k))
+            t = max( 2*m*n*k / (peak_flops_per_s * eff(m, n, k)),
+                     (m*k + k*n + m*n) * element_bytes / hbm_bytes_per_s )
 
-        Dimensions in elements; a GEMM with a zero dimension takes no time.
+        with `eff <= max_efficiency <= 1`, so no GEMM is faster than its
+        FLOPs at peak or its operands and result over HBM. Dimensions in
+        elements; a GEMM with a zero dimension takes no time.
         """
         flops = gemm_flops(m, n, k)
         eff = self.efficiency(np.maximum(m, 1), np.maximum(n, 1), np.maximum(k, 1))
-        return flops / (self.peak_flops_per_s * eff)
+        t = flops / (self.peak_flops_per_s * eff)
+        if self.hbm_bytes_per_s > 0:
+            memory = gemm_hbm_bytes(m, n, k, self.element_bytes) / self.hbm_bytes_per_s
+            t = np.where(flops > 0, np.maximum(t, memory), 0.0)
+        return t
 
     @property
     def effective_flops_per_s(self) -> float:

@@ -52,9 +52,18 @@ class LinkParams:
 
 @dataclass(frozen=True)
 class CommModel:
-    """Calibrated collective parameters, keyed by (operation, mesh axis)."""
+    """Calibrated collective parameters, keyed by (operation, mesh axis),
+    and the physical resource each mesh axis runs on.
+
+    `resources` names the resource under each axis (e.g. "nvswitch",
+    "scale-out NIC", "torus dim 0"). Collectives running at the same time
+    on axes with the same resource name share its bandwidth; on different
+    names they overlap. Omitted (None) means every axis has its own links,
+    the contention-free torus of seed 000.
+    """
 
     params: Mapping[tuple[CollectiveOp, Axis], LinkParams]
+    resources: Mapping[Axis, str] | None = None
 
     def link(self, op: CollectiveOp, axis: Axis) -> LinkParams:
         """Parameters of `op` on `axis`; a missing pair is a calibration gap."""
@@ -73,7 +82,21 @@ class CommModel:
         """The same links with the two mesh axes exchanged (used for the
         transposed variant of a dataflow, which runs the plain schedule on the
         transposed mesh)."""
-        return CommModel({(op, ax.other()): p for (op, ax), p in self.params.items()})
+        resources = (
+            None
+            if self.resources is None
+            else {ax.other(): name for ax, name in self.resources.items()}
+        )
+        return CommModel({(op, ax.other()): p for (op, ax), p in self.params.items()}, resources)
+
+    def shares_resource(self, a: Axis, b: Axis) -> bool:
+        """Whether traffic on axes `a` and `b` shares one resource's
+        bandwidth (always for the same axis; never without `resources`)."""
+        if a is b:
+            return True
+        if self.resources is None:
+            return False
+        return self.resources.get(a) is not None and self.resources.get(a) == self.resources.get(b)
 
 
 @dataclass(frozen=True)

@@ -45,13 +45,14 @@ def plan(
     out: str | None,
 ) -> None:
     """Plan MODEL_FILE (a plan YAML: model, training, optional cluster, calibration
-    and search) on a 2D torus: per-FC-layer dataflows, mesh shape and slice counts.
+    and search) on a 2D torus: per-FC-layer dataflows, mesh shape and slice counts,
+    and the whole training step: time, utilisation, memory per pipeline stage.
 
     When a parallel degree in `training` is `auto` (or the file has
     `constraints`), search tensor mesh x pipeline x data parallel x micro-batch
     x interleave x recomputation x ZeRO stage on a GPU cluster instead.
 
-    Exit codes: 0 ok, 1 no feasible plan, 2 bad input.
+    Exit codes: 0 ok, 1 no feasible plan (or out of memory), 2 bad input.
     """
     from autotune.io import atomic_write_text
     from autotune.job.search_input import wants_search
@@ -59,6 +60,7 @@ def plan(
     if wants_search(model_file):
         _plan_search(model_file, cluster, fmt, out)
         return
+    from autotune.job.step import plan_job
     from autotune.loading import load_plan_input
     from autotune.plan.document import to_json
     from autotune.plan.search import plan as run_plan
@@ -66,15 +68,18 @@ def plan(
 
     inp = load_plan_input(model_file, cluster, calibration)
     result = run_plan(inp, DataflowPolicy(dataflow) if dataflow else None)
-    text = to_json(result) if (fmt == "json" or out) else None
+    job = plan_job(inp, result)
+    text = to_json(result, job) if (fmt == "json" or out) else None
     if out:
         atomic_write_text(out, text)
     if fmt == "json":
         click.echo(text, nl=False)
     else:
+        from autotune.job.report import render_job
         from autotune.plan.report import render_plan
 
         render_plan(result)
+        render_job(job)
         if out:
             click.echo(f"\nwrote {out}")
 

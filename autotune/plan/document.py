@@ -3,6 +3,8 @@ beyond unit-free copying: every number comes from the result)."""
 
 from __future__ import annotations
 
+from autotune.job.document import job_document
+from autotune.job.result import JobResult
 from autotune.loading import calibration_file, sha256_of
 from autotune.plan.results import GemmPlan, LayerPlan, PlanResult
 from autotune.plan.schema import (
@@ -107,8 +109,8 @@ def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
     return CalibrationRefDoc(name=cal.name, source=cal.source, path=path, sha256=digest)
 
 
-def to_document(result: PlanResult) -> PlanDocument:
-    """The plan as a validated `meshtune.plan/1` document."""
+def to_document(result: PlanResult, job: JobResult) -> PlanDocument:
+    """The plan and its whole step as a validated `meshtune.plan/2` document."""
     inp = result.inputs
     cmp = result.comparison
     comparison = None
@@ -159,11 +161,12 @@ def to_document(result: PlanResult) -> PlanDocument:
             for c in result.candidates
         ],
         dataflow_comparison=comparison,
+        job=job_document(job),
         inputs=InputsDoc(
             plan_file=inp.source_file,
             model=inp.model.model_dump(mode="json"),
             training=inp.training.model_dump(mode="json"),
-            cluster=inp.cluster.model_dump(mode="json"),
+            cluster=inp.cluster.document(),
             cluster_ref=inp.cluster_ref,
             calibration=_calibration_ref(result),
             search=inp.search.model_dump(mode="json"),
@@ -172,6 +175,6 @@ def to_document(result: PlanResult) -> PlanDocument:
     )
 
 
-def to_json(result: PlanResult) -> str:
+def to_json(result: PlanResult, job: JobResult) -> str:
     """The document as JSON text (2-space indent, trailing newline)."""
-    return to_document(result).model_dump_json(indent=2, by_alias=True) + "\n"
+    return to_document(result, job).model_dump_json(indent=2, by_alias=True) + "\n"

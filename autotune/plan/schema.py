@@ -1,5 +1,8 @@
-"""The sharding-config JSON (`meshtune.plan/1`): a pydantic model that both
-writes and validates it. Base units, unit-suffixed keys, stable key order."""
+"""The sharding-config JSON (`meshtune.plan/2`): a pydantic model that both
+writes and validates it. Base units, unit-suffixed keys, stable key order.
+
+Version 2 adds the `job` section (the whole training step and its memory);
+every key of version 1 keeps its meaning."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune import __version__
+from autotune.job.schema import JobDoc
 
-PLAN_SCHEMA = "meshtune.plan/1"
+PLAN_SCHEMA = "meshtune.plan/2"
 
 
 class _Doc(BaseModel):
@@ -184,7 +188,7 @@ class PlanDocument(_Doc):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    schema_: Literal["meshtune.plan/1"] = Field(alias="schema")
+    schema_: Literal["meshtune.plan/2"] = Field(alias="schema")
     tool_version: str = Field(default=__version__)
     mesh: MeshDoc
     summary: SummaryDoc
@@ -192,6 +196,7 @@ class PlanDocument(_Doc):
     transposes: list[TransposeDoc]
     mesh_candidates: list[CandidateDoc]
     dataflow_comparison: ComparisonDoc | None
+    job: JobDoc = Field(description="The whole training step: time, utilisation, memory.")
     inputs: InputsDoc
 
 

@@ -6,9 +6,17 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field, model_validator
 
 from autotune.specs.base import Spec
+from autotune.specs.chip import FigureKind
 from cost_models import CollectiveOp
 
 CALIBRATION_SCHEMA = "meshtune.calibration/1"
+
+#: Keys under `collectives.<op>`: a mesh axis (row, col: the link as that
+#: axis sees it) or a resource kind (its per-unit-link figures, scaled by
+#: how many units an axis gets: torus links, a switched chip's egress,
+#: fully connected links, a NIC).
+AXIS_KEYS = ("row", "col")
+RESOURCE_KEYS = ("torus", "switched", "fully_connected", "scale_out")
 
 
 class CollectiveFit(Spec):
@@ -93,7 +101,15 @@ class CalibrationSpec(Spec):
     source: str = Field(description="Where the numbers come from.")
     tool_version: str | None = Field(default=None, description="meshtune version that wrote it.")
     collectives: dict[str, dict[str, LinkSpec]] = Field(
-        description="operation -> mesh axis (row, col) -> link parameters."
+        description="operation -> mesh axis (row, col) or resource kind (torus, switched, "
+        "fully_connected, scale_out: per unit link) -> link parameters."
+    )
+    figures: FigureKind | None = Field(
+        default=None,
+        strict=False,
+        exclude_if=lambda v: v is None,
+        description="nominal (data sheet x a stated efficiency) or fitted (from measurements); "
+        "omitted in files written before this field existed.",
     )
     compute: ComputeSpec = Field(description="Local GEMM throughput.")
     overlap_slowdown: float = Field(
@@ -125,8 +141,9 @@ class CalibrationSpec(Spec):
                     f"unknown collective {op!r}; fix: use one of {', '.join(sorted(known_ops))}"
                 )
             for axis in axes:
-                if axis not in ("row", "col"):
+                if axis not in AXIS_KEYS + RESOURCE_KEYS:
                     raise ValueError(
-                        f"collectives.{op} has unknown mesh axis {axis!r}; fix: use row or col"
+                        f"collectives.{op} has unknown mesh axis or resource {axis!r}; fix: use "
+                        f"one of {', '.join(AXIS_KEYS + RESOURCE_KEYS)}"
                     )
         return self

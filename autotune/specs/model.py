@@ -16,6 +16,13 @@ class FfnKind(str, Enum):
     SWIGLU = "swiglu"
 
 
+class PositionEncoding(str, Enum):
+    """Learned absolute position embeddings (GPT) or rotary (Llama)."""
+
+    LEARNED = "learned"
+    ROTARY = "rotary"
+
+
 class ModelSpec(Spec):
     """A decoder-only transformer, as far as its FC layers are concerned."""
 
@@ -36,7 +43,11 @@ class ModelSpec(Spec):
     vocab_size: int | None = Field(
         default=None,
         gt=0,
-        description="Vocabulary size (informational; embeddings are not planned).",
+        description="Vocabulary size (embedding, output layer and loss; omitted means they "
+        "are left out of the step).",
+    )
+    position_encoding: PositionEncoding = Field(
+        default=PositionEncoding.LEARNED, strict=False, description="learned or rotary."
     )
 
     @model_validator(mode="after")
