@@ -4,6 +4,7 @@ read back the makespan, the bubble and the per-stage peaks."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from autotune.pipeline.assignment import (
@@ -11,8 +12,8 @@ from autotune.pipeline.assignment import (
     stage_static_bytes,
     uniform_assignment,
 )
+from autotune.pipeline.problem import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
 from autotune.pipeline.simulator import simulate
-from autotune.pipeline.spec import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def replay(work: StageWork) -> PipelineReplay:
         head=EndBlock(work.head_forward_s, work.head_backward_s, work.head_bytes),
         tail=EndBlock(work.tail_forward_s, work.tail_backward_s, work.tail_bytes),
         constant_bytes=work.constant_bytes,
-        memory_cap_bytes=float("inf"),
+        memory_cap_bytes=sys.float_info.max,  # the replay checks no memory
     )
     layers = even_layer_split(problem)
     a = uniform_assignment(problem, layers, 0)
