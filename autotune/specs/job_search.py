@@ -96,7 +96,7 @@ class SearchConstraints(Spec):
     )
     top_n: int = Field(default=5, ge=1, description="Alternatives shown beside the winner.")
     ilp_time_limit_s: float = Field(
-        default=3.0, gt=0, description="Wall-time limit of one pipeline ILP solve, seconds."
+        default=10.0, gt=0, description="Wall-time limit of one pipeline ILP solve, seconds."
     )
 
 
