@@ -22,13 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.job.candidates import Candidates
+from autotune.job.candidates import COLUMNS, Candidates
 from autotune.job.cluster_view import JobHardware
 from autotune.job.pricing import (
     activation_bytes,
     block_figures,
     block_params,
     end_block_seconds,
+    memory_bytes,
     price,
 )
 from autotune.pipeline.balance import balance
@@ -75,6 +76,44 @@ def balance_key(c: Candidates, i: int, recompute_auto: bool) -> tuple[int, ...]:
     return (*row, -1 if recompute_auto else int(c.recompute[i]))
 
 
+def balancer_options(
+    model: ModelSpec,
+    hw: JobHardware,
+    train: AutoTrainingSpec,
+    one: Candidates,
+    acts: np.ndarray,
+    extra_s: np.ndarray,
+) -> tuple[str, ...]:
+    """Recomputation options the balancer may mix for one candidate.
+
+    A fixed mode is the only option. With `auto`: drop a mode that keeps no
+    fewer bytes than a faster one (selective under flash attention, which
+    keeps no scores); then, in order of backward time, the fastest mode whose
+    even split fits in the closed form and the next faster one (which does
+    not fit on every stage, so mixing the two is what can pay). When no mode
+    fits, every remaining one. Fewer options keep the balancer's per-stage
+    enumeration small; both the search and the exhaustive reference use the
+    same rule."""
+    if train.recompute != "auto":
+        return (train.recompute,)
+    kept = [
+        o
+        for o in range(len(RECOMPUTE_MODES))
+        if not any(
+            acts[k] <= acts[o] and extra_s[k] < extra_s[o] for k in range(len(RECOMPUTE_MODES))
+        )
+    ]
+    fits = []
+    for o in kept:
+        row = Candidates(*(getattr(one, f) for f in COLUMNS[:-2]), np.array([o]), one.zero)
+        first, last = memory_bytes(model, hw, train, row)
+        fits.append(max(float(first[0]), float(last[0])) <= hw.usable_bytes)
+    if not any(fits):
+        return tuple(RECOMPUTE_MODES[o] for o in kept)
+    f = fits.index(True)
+    return tuple(RECOMPUTE_MODES[o] for o in kept[max(f - 1, 0) : f + 1])
+
+
 def build_problem(
     model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates, i: int
 ) -> tuple[Problem, float]:
@@ -92,8 +131,8 @@ def build_problem(
         el / (dp if z >= 3 else 1) + g_el / (dp if z >= 2 else 1) + 12.0 / (dp if z >= 1 else 1)
     )
     fwd, bwd = float(blk.forward_s[0]), float(blk.backward_s[0])
-    modes = RECOMPUTE_MODES if train.recompute == "auto" else (train.recompute,)
     acts = activation_bytes(model, train, one)[0]
+    modes = balancer_options(model, hw, train, one, acts, blk.recompute_extra_s[0])
     options = {
         name: float(blk.recompute_extra_s[0, RECOMPUTE_MODES.index(name)]) / bwd for name in modes
     }
