@@ -25,8 +25,8 @@ Per block and micro-batch on one chip (tokens `T = b * s`, tensor chips `t`):
 - data parallel over the replicas' network tier: ZeRO 0 all-reduces the
   gradients (`2 (dp-1)/dp` of their bytes), ZeRO 1-2 reduce-scatter them and
   all-gather the parameters, ZeRO 3 also gathers the parameters before every
-  micro-batch's forward and backward (hidden behind that micro-batch's
-  compute when shorter). With overlap, gradient traffic hides behind the last
+  micro-batch's forward and backward, block by block (one ring latency per
+  block; hidden behind that micro-batch's compute when shorter). With overlap, gradient traffic hides behind the last
   micro-batch's backward except the last layer's bucket;
 - optimizer: Adam over the local shard, `26 + g` bytes per parameter over
   HBM (read fp32 master, moments and the `g`-byte gradient, write them and
@@ -233,7 +233,8 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
         dp_exposed = np.maximum(dp_time - window, dp_time / stage_blocks)
     else:
         dp_exposed = dp_time
-    gather_s = ring * param_bytes / dp_bw + lat
+    # ZeRO-3 gathers one block's parameters at a time: a ring's latency per block.
+    gather_s = ring * param_bytes / dp_bw + lat * stage_blocks
     zero3 = np.where(
         z == 3,
         m
