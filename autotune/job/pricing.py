@@ -26,8 +26,9 @@ Per block and micro-batch on one chip (tokens `T = b * s`, tensor chips `t`):
   gradients (`2 (dp-1)/dp` of their bytes), ZeRO 1-2 reduce-scatter them and
   all-gather the parameters, ZeRO 3 also gathers the parameters before every
   micro-batch's forward and backward, block by block (one ring latency per
-  block; hidden behind that micro-batch's compute when shorter). With overlap, gradient traffic hides behind the last
-  micro-batch's backward except the last layer's bucket;
+  block; hidden behind that micro-batch's compute when shorter). With
+  overlap, gradient traffic hides behind the last micro-batch's backward
+  except the last layer's bucket;
 - optimizer: Adam over the local shard, `26 + g` bytes per parameter over
   HBM (read fp32 master, moments and the `g`-byte gradient, write them and
   the bf16 weight).
