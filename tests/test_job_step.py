@@ -122,6 +122,7 @@ def test_mfu_counts_gqa_and_swiglu(tmp_path):
         "examples/megatron-nlg.yaml",
         "examples/llama3-70b.yaml",
         "examples/megatron-gpt-175b-a100.yaml",
+        "examples/llama3-70b-h100.yaml",
     ],
 )
 def test_every_example_prints_step_breakdown_and_memory(repo_root, example):
@@ -209,3 +210,94 @@ def test_selective_recompute_costs_nothing_extra_with_flash(tmp_path):
         jobs["unfused", "selective"].memory[0].activations
         < jobs["unfused", "none"].memory[0].activations
     )
+
+
+def _ends_setup():
+    from autotune.job.block import StepShape, ends
+    from autotune.job.hardware import JobHardware
+    from autotune.specs import ModelSpec, TrainingSpec
+    from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams
+
+    link = LinkParams(launch_s=0.0, sync_s=1e-6, link_bytes_per_s=100e9)
+    comm = CommModel({(op, ax): link for op in CollectiveOp for ax in (Axis.ROW, Axis.COL)})
+    hw = JobHardware(
+        peak_flops_per_s=200e12,
+        gemm=ComputeModel(peak_flops_per_s=100e12),
+        comm=comm,
+        attention_flops_per_s=100e12,
+        hbm_bytes=80 * 2**30,
+        hbm_bytes_per_s=1e12,
+        data_parallel=None,
+        pipeline=None,
+        overlap_slowdown=1.0,
+    )
+    model = ModelSpec(
+        name="m",
+        num_layers=2,
+        hidden_size=1024,
+        num_heads=8,
+        head_dim=128,
+        ffn_size=4096,
+        vocab_size=32000,
+        position_encoding="rotary",
+    )
+    training = TrainingSpec(global_batch_sequences=1, sequence_length=4096)
+    sh = StepShape(
+        tp=4,
+        element_bytes=2,
+        grad_bytes=2,
+        sequence_parallel=True,
+        flash=True,
+        tokens=4096,
+        vocab_split=4,
+        token_split=1,
+    )
+    return ends(model, training, hw, sh)
+
+
+def test_ends_by_hand():
+    """4096 tokens, h=1024, V=32000 over a ring of 4 chips, bf16:
+    - reduce-scatter and all-gather of 4096*1024*2/4 = 2 MiB shards:
+      3 * (1 us + 2,097,152 B / 100 GB/s) = 65.91 us each;
+    - embedding lookup 4096 * 2 * 2 * 1024 B = 16.8 MB at 1 TB/s = 16.78 us,
+      its backward 4096 * 3 * 2 * 1024 / 4 B = 6.29 us;
+    - logits GEMM 2 * 4096 * 8000 * 1024 FLOPs = 67.1 GFLOP at 100 TFLOP/s =
+      671.1 us forward, twice that backward;
+    - final norm (sequence-parallel, 1024 tokens): 4.19 us / 6.29 us;
+    - loss over 4096 x 8000 logits: 10 and 6 bytes each: 327.7 / 196.6 us."""
+    e = _ends_setup()
+    comm = 3 * (1e-6 + 4096 * 1024 * 2 / 4 / 100e9)
+    assert e.head_forward_s == pytest.approx(4096 * 4 * 1024 / 1e12 + comm)
+    assert e.head_backward_s == pytest.approx(4096 * 6 * 1024 / 4 / 1e12 + comm)
+    logits = 2 * 4096 * 8000 * 1024 / 100e12
+    norm_f, norm_b = 1024 * 4 * 1024 / 1e12, 1024 * 6 * 1024 / 1e12
+    loss_f, loss_b = 4096 * 8000 * 10 / 1e12, 4096 * 8000 * 6 / 1e12
+    assert e.tail_forward_s == pytest.approx(norm_f + comm + logits + loss_f)
+    assert e.tail_backward_s == pytest.approx(norm_b + comm + 2 * logits + loss_b)
+    assert e.head_params == 32000 * 1024 / 4  # rotary: no position table
+    assert e.tail_transient_bytes == 4096 * 8000 * 6
+
+
+def test_pipeline_transfer_and_optimizer_by_hand(tmp_path):
+    """GPT-small (h=2048) on 2 stages of TP 8 over dgx-a100-selene-2n:
+    one micro-batch of 2048 tokens sends 2048 * 2048 * 2 / 8 = 1 MiB per
+    transfer at 25 GB/s plus 6 us latency = 47.94 us; 4 micro-batches, a
+    forward and a backward transfer each: 383.5 us on the stage. The
+    optimizer step on stage 0 (8 layers of 50,335,744 / 8 + 4096 weights,
+    plus the 51200 x 2048 / 8 embedding and 2048 x 2048 positions) moves
+    30 bytes per parameter at 2,039 GB/s."""
+    training = {
+        "global_batch_sequences": 4,
+        "sequence_length": 2048,
+        "pipeline_parallel": 2,
+        "micro_batch_size": 1,
+        "fc_algorithm": "megatron-1d",
+        "fp32_gradients": True,
+    }
+    job = job_for(tmp_path, training, "dgx-a100-selene-2n")
+    parts = {p.name: p.seconds for p in job.breakdown}
+    p2p = 6e-6 + 2048 * 2048 * 2 / 8 / 25e9
+    assert parts["pipeline send/recv"] == pytest.approx(2 * 4 * p2p, rel=1e-9)
+    layer = (2048 * (16 + 32) * 128 + 16 * 128 * 2048 + 2 * 2048 * 8192) / 8 + 2 * 2048
+    params = 8 * layer + 51200 * 2048 / 8 + 2048 * 2048
+    assert parts["optimizer step"] == pytest.approx(params * 30 / 2.039e12, rel=1e-9)

@@ -107,11 +107,13 @@ def compute_model_for(
 
     A calibration whose rate exceeds the peak is refused: a fit above peak
     is an error in the data or the dtype (hardware.md section 3). Without a
-    peak for `dtype` the calibration's rate is the ceiling (no check)."""
+    peak for `dtype`, or when the calibration measured another dtype, the
+    calibration's rate is the ceiling (no check)."""
     base = compute_model(calibration)
     peak = cluster.peak_flops_per_s(dtype)
     rate = calibration.compute.effective_flops_per_s
-    if peak is None:
+    if peak is None or calibration.compute.dtype != dtype:
+        # no ceiling to hold a rate of another dtype against (the plan warns)
         return base
     if rate > peak * (1 + 1e-9):
         raise InputError(

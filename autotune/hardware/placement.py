@@ -138,7 +138,12 @@ def _torus(cluster: Cluster, mesh: MeshShape) -> MeshPlacement:
             continue
         mult = sum(2.0 if whole and t.wraparound[i] else 1.0 for i, _, whole in parts) or 1.0
         dims = "+".join(str(i) for i, _, _ in sorted(parts))
-        shape = "x".join(f"{n}{'' if whole else '/' + str(t.dims[i])}" for i, n, whole in parts)
+        shape = ", ".join(
+            f"dim {i}: {n}" + (" wrapped" if whole and t.wraparound[i] else "")
+            if whole
+            else f"dim {i}: {n} of {t.dims[i]}"
+            for i, n, whole in parts
+        )
         placements[axis] = AxisPlacement(
             axis,
             size,
@@ -147,7 +152,9 @@ def _torus(cluster: Cluster, mesh: MeshShape) -> MeshPlacement:
             mult,
             mult * link,
             False,
-            f"torus dim {dims} ({shape}), {mult:g} links" if parts else "single chip",
+            f"torus {shape}; {mult:g} links ({mult * link / 1e9:g} GB/s)"
+            if parts
+            else "single chip",
         )
     row, col = placements[Axis.ROW], placements[Axis.COL]
     row_dims = {i for i, _, _ in used[Axis.ROW]}

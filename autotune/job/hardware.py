@@ -88,7 +88,7 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
         rate = value * GB if value is not None else derived
         if rate is None:
             _need(None, field, why, inp)
-        return LinkParams(launch_s=latency_s, sync_s=latency_s, link_bytes_per_s=float(rate))
+        return LinkParams(launch_s=0.0, sync_s=latency_s, link_bytes_per_s=float(rate))
 
     slowdown = c.overlap_slowdown
     return (

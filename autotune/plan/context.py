@@ -15,6 +15,7 @@ from autotune.hardware.calibration import (
 from autotune.hardware.cluster import Cluster
 from autotune.hardware.placement import MeshPlacement, place_mesh
 from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.chip import FigureKind
 from autotune.specs.plan_input import PlanInput, SliceScope
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape
 
@@ -106,6 +107,12 @@ def check_calibration(inp: PlanInput) -> tuple[str, ...]:
         warnings.append(
             f"calibration {inp.calibration.name} has no send_recv parameters on both axes: "
             "dataflow choices that need a transpose are not considered"
+        )
+    if inp.calibration.figures is FigureKind.NOMINAL:
+        warnings.append(
+            f"calibration {inp.calibration.name} is nominal (data sheet x stated efficiency, "
+            "nothing measured): fit one from your nccl-tests logs and GEMM benchmarks with "
+            "`meshtune calibrate` before trusting absolute times"
         )
     dtype = inp.training.dtype.value
     if inp.calibration.compute.dtype != dtype:

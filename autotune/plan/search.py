@@ -17,7 +17,14 @@ from autotune.plan.context import SearchContext, check_calibration, search_conte
 from autotune.plan.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
 from autotune.plan.layers import FCLayer, fc_layers
 from autotune.plan.phase1 import Selection, Transpose, select
-from autotune.plan.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandidate, PlanResult
+from autotune.plan.results import (
+    DataflowComparison,
+    GemmPlan,
+    LayerPlan,
+    MeshCandidate,
+    OneDComparison,
+    PlanResult,
+)
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
 from cost_models import (
@@ -299,6 +306,35 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
         candidates=tuple(candidates),
         comparison=_comparison(policy, rows, mesh, sel, count),
         warnings=warnings,
+        placement=ev.ctx.placement,
+        one_d=one_d_comparison(candidates),
+    )
+
+
+def one_d_comparison(candidates: Sequence[MeshCandidate]) -> OneDComparison:
+    """The fastest feasible 2D mesh (both sides > 1) against the fastest
+    feasible 1D one (`1 x P` or `P x 1`), from the ranked candidates."""
+    feasible = [c for c in candidates if c.feasible and c.step_fc_time_s is not None]
+    two = [c for c in feasible if min(c.mesh.num_rows, c.mesh.num_cols) > 1]
+    one = [c for c in feasible if min(c.mesh.num_rows, c.mesh.num_cols) == 1]
+    best2 = min(two, key=lambda c: c.step_fc_time_s, default=None)
+    best1 = min(one, key=lambda c: c.step_fc_time_s, default=None)
+    note = None
+    if best1 is None:
+        why = [
+            f"{c.mesh}: {c.reason}"
+            for c in candidates
+            if min(c.mesh.num_rows, c.mesh.num_cols) == 1
+        ]
+        note = "no feasible 1D mesh" + (f" ({'; '.join(why[:2])})" if why else " was allowed")
+    elif best2 is None:
+        note = "no feasible 2D mesh"
+    return OneDComparison(
+        two_d_mesh=best2.mesh if best2 else None,
+        two_d_step_fc_time_s=best2.step_fc_time_s if best2 else None,
+        one_d_mesh=best1.mesh if best1 else None,
+        one_d_step_fc_time_s=best1.step_fc_time_s if best1 else None,
+        note=note,
     )
 
 
