@@ -4,7 +4,6 @@ balancing heavier end stages, the report and bad input."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -13,9 +12,10 @@ import numpy as np
 import pytest
 
 from autotune.job.candidates import enumerate_candidates
-from autotune.job.cluster_view import job_hardware, load_gpu_cluster_spec
+from autotune.job.cluster_view import job_hardware
 from autotune.job.pricing import price
 from autotune.job.search import Evaluated, _sorted, exhaustive, memory_lower_bound, search
+from autotune.loading import load_calibration, load_cluster_spec
 from autotune.specs.job_search import AutoTrainingSpec, SearchConstraints
 from autotune.specs.model import ModelSpec
 
@@ -44,13 +44,18 @@ TINY_GQA = ModelSpec(
 
 
 def small_hardware(hbm_gib: float, chips_per_node: int = 4, nodes: int = 2):
-    """Two nodes of four A100s with a chosen HBM, so memory binds."""
-    spec = load_gpu_cluster_spec(f"a100-hgx-{nodes}n").model_copy(
-        update={"chips_per_node": chips_per_node}
+    """`nodes` HGX A100 nodes cut to `chips_per_node` GPUs each, with a
+    chosen HBM so that memory binds."""
+    spec, _ = load_cluster_spec("a100-hgx")
+    spec = spec.model_copy(
+        update={
+            "num_chips": nodes * chips_per_node,
+            "hbm_gib": hbm_gib,
+            "node": spec.node.model_copy(update={"chips_per_node": chips_per_node}),
+        }
     )
-    return dataclasses.replace(
-        job_hardware(spec), hbm_bytes=hbm_gib * GIB, workspace_bytes=0.25 * GIB
-    )
+    calibration, _ = load_calibration(spec.calibration)
+    return job_hardware(spec, calibration, "bf16", workspace_gib=0.25)
 
 
 LIMITS = SearchConstraints(

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from autotune.job.candidates import enumerate_candidates
-from autotune.job.cluster_view import job_hardware, load_gpu_cluster_spec
+from autotune.job.cluster_view import load_job_hardware
 from autotune.job.pricing import price
 from autotune.job.search import search
 from autotune.specs.job_search import AutoTrainingSpec, SearchConstraints
@@ -36,7 +36,7 @@ def _runs(repo_root):
 
 def _published_step(run) -> tuple[float, object]:
     model = ModelSpec(**run["model"])
-    hw = job_hardware(load_gpu_cluster_spec(run["cluster"]))
+    hw = load_job_hardware(run["cluster"], "bf16")
     train = AutoTrainingSpec(
         global_batch_sequences=run["global_batch_sequences"], **ERA, **run["configuration"]
     )
@@ -103,7 +103,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
             ffn_size=4 * hidden,
             vocab_size=51200,
         )
-        hw = job_hardware(load_gpu_cluster_spec(f"a100-hgx-{gpus // 8}n"))
+        hw = load_job_hardware(f"dgx-a100-selene-{gpus // 8}n", "bf16")
         for mode, measured in (("full", full_s), ("selective", sel_s)):
             train = AutoTrainingSpec(
                 global_batch_sequences=batch,

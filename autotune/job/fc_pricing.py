@@ -12,9 +12,9 @@ search of MeshSlice runs once per pair and GEMM, not once per candidate.
   so their time adds to the GEMMs'.
 - `r x c` meshes with `r, c > 1` are MeshSlice (cost_models.meshslice): every
   GEMM's forward (OS), backward-data (LS) and backward-weight (RS) at its best
-  valid slice count. Both axes inside one switched node share its egress
-  (hardware.md section 1), so each gets half the bandwidth; an axis that
-  leaves the node runs on the NIC rails.
+  valid slice count, on the links the hardware layer places each mesh axis
+  on (both axes inside one switched node share its egress; an axis that
+  leaves the node runs on the NIC rails; hardware.md section 1).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from functools import lru_cache
 
 import numpy as np
 
+from autotune.hardware.calibration import comm_model_for, compute_model_for
+from autotune.hardware.placement import place_mesh
 from autotune.job.cluster_view import JobHardware
 from autotune.specs.model import FfnKind, ModelSpec
-from cost_models.compute import ComputeModel
 from cost_models.meshslice import Dataflow, meshslice_times, valid_slice_counts
-from cost_models.types import Axis, CollectiveOp, CommModel, LinkParams, MeshShape
+from cost_models.types import MeshShape
 
 # MeshSlice slicing block: 128 x 8 tiles (TPU) and 8-wide GEMM tiles on GPUs
 # alike keep slice widths a multiple of 8 elements.
@@ -59,39 +60,28 @@ def fc_gemms(model: ModelSpec) -> list[tuple[int, int]]:
     return [(h, qkv), (model.attention_width, h), (h, up), (model.ffn_size, h)]
 
 
-def ring_s(total_bytes: float, size: int, link_bytes_per_s: float, step_latency_s: float) -> float:
+def ring_s(total_bytes: float, size: int, link: tuple[float, float, float]) -> float:
     """Ring all-gather or reduce-scatter of a `total_bytes` tensor over
-    `size` chips: `(size - 1) * (latency + total_bytes / size / bw)`."""
+    `size` chips on `link` = (bytes/s, launch s, per-step s):
+    `launch + (size - 1) * (step + total_bytes / size / bw)`."""
     if size <= 1:
         return 0.0
-    return (size - 1) * (step_latency_s + total_bytes / size / link_bytes_per_s)
-
-
-def _axis_links(hw: JobHardware, mesh: MeshShape) -> CommModel:
-    """Column axis on contiguous ranks, row axis at stride `cols`."""
-    t = mesh.num_chips
-    col_bw, col_lat = hw.group_link(1, mesh.num_cols)
-    row_bw, row_lat = hw.group_link(mesh.num_cols, mesh.num_rows)
-    if t <= hw.chips_per_node:
-        # Both axes on one switch: concurrent row and column traffic share
-        # the chip's egress.
-        col_bw, row_bw = col_bw / 2, row_bw / 2
-    params = {}
-    for op in CollectiveOp:
-        params[(op, Axis.COL)] = LinkParams(col_lat, col_lat, col_bw)
-        params[(op, Axis.ROW)] = LinkParams(row_lat, row_lat, row_bw)
-    return CommModel(params)
+    bw, launch, step = link
+    return launch + (size - 1) * (step + total_bytes / size / bw)
 
 
 def _best_meshslice(
     dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape, hw: JobHardware, el: int
 ) -> tuple[float, float]:
     """(total, compute) seconds at the fastest valid slice count; inf when
-    the GEMM does not shard evenly over the mesh."""
+    the GEMM does not shard evenly over the mesh. Links and compute come
+    from the hardware layer: the mesh placed on the cluster (axes sharing a
+    switch share its bandwidth) and the calibration's roofline GEMM."""
     counts = valid_slice_counts(dataflow, m, n, k, mesh, SLICE_BLOCK, MAX_SLICES)
-    if not counts:
+    if not counts or hw.cluster is None or hw.calibration is None:
         return math.inf, math.inf
-    compute = ComputeModel(hw.peak_flops_per_s, hw.gemm_efficiency)
+    comm = comm_model_for(hw.calibration, place_mesh(hw.cluster, mesh))
+    compute = compute_model_for(hw.calibration, hw.cluster, hw.dtype, el)
     t = meshslice_times(
         dataflow,
         m,
@@ -100,7 +90,7 @@ def _best_meshslice(
         mesh,
         counts,
         el,
-        _axis_links(hw, mesh),
+        comm,
         compute,
         overlap_slowdown=hw.overlap_slowdown,
     )
@@ -119,8 +109,7 @@ def fc_times(
     rate = hw.peak_flops_per_s * hw.gemm_efficiency
     if rows == 1:
         flops = sum(2.0 * tokens * i * o for i, o in gemms) / t
-        bw, lat = hw.group_link(1, t)
-        comm = 4 * ring_s(tokens * model.hidden_size * element_bytes, t, bw, lat)
+        comm = 4 * ring_s(tokens * model.hidden_size * element_bytes, t, hw.group_link(1, t))
         return FcTimes(flops / rate + comm, 2 * flops / rate + comm, comm, comm)
     mesh = MeshShape(rows, cols)
     fwd = fwd_c = bwd = bwd_c = 0.0

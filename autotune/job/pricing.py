@@ -201,8 +201,8 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
 
     head_s, tail_fwd, tail_bwd = end_block_seconds(model, hw, train, c)
     tail_s = tail_fwd + tail_bwd
-    pp_bw, pp_lat = _links(hw, c.tp * dp, np.where(pp > 1, 2, 1))
-    msg_s = np.where(pp > 1, tokens * h * el / t / pp_bw + pp_lat, 0.0)
+    pp_bw, pp_launch, pp_step = _links(hw, c.tp * dp, np.where(pp > 1, 2, 1))
+    msg_s = np.where(pp > 1, pp_launch + pp_step + tokens * h * el / t / pp_bw, 0.0)
     pp_comm = 2 * v * msg_s
 
     per_block = blk.forward_s + blk.backward_s + rec
@@ -217,9 +217,9 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
     p_first = (first_n * blk.block_params + vocab * h) / t
     p_last = (last_n * blk.block_params + vocab * h + h) / t
     p_max = np.maximum(p_first, np.where(pp > 1, p_last, 0.0))
-    dp_bw, dp_lat = _links(hw, c.tp, dp)
+    dp_bw, dp_launch, dp_step = _links(hw, c.tp, dp)
     ring = np.where(dp > 1, (dp - 1) / dp, 0.0)
-    lat = np.where(dp > 1, (dp - 1) * dp_lat, 0.0)
+    lat = np.where(dp > 1, dp_launch + (dp - 1) * dp_step, 0.0)
     grad_bytes = p_max * g_el
     param_bytes = p_max * el
     z = c.zero
@@ -331,12 +331,16 @@ def memory_bytes(
     return first, np.where(pp > 1, last, 0.0)
 
 
-def _links(hw: JobHardware, stride: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bandwidth and step latency of groups of `size` chips at `stride`."""
+def _links(
+    hw: JobHardware, stride: np.ndarray, size: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bandwidth, launch and per-step seconds of groups of `size` chips at
+    `stride` (JobHardware.group_link, vectorised)."""
     inside = stride * size <= hw.chips_per_node
     bw = np.where(inside, hw.intra_node_bytes_per_s, hw.inter_node_bytes_per_s)
-    lat = np.where(inside, hw.intra_node_latency_s, hw.inter_node_latency_s)
-    return bw, lat
+    launch = np.where(inside, hw.intra_node_launch_s, hw.inter_node_launch_s)
+    step = np.where(inside, hw.intra_node_step_s, hw.inter_node_step_s)
+    return bw, launch, step
 
 
 def model_flops_per_step(model: ModelSpec, train: AutoTrainingSpec) -> float:

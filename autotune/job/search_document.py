@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from autotune.job.pricing import COMPONENTS, model_flops_per_step
-from autotune.job.search import TIE_BREAK_RULE, Evaluated, SearchOutcome
+from autotune.job.search import TIE_BREAK_RULE, TIE_RELATIVE, Evaluated, SearchOutcome
 from autotune.specs.job_search import JobSearchInput
 
 SCHEMA = "meshtune.job-search/1"
@@ -88,6 +88,8 @@ def document(inp: JobSearchInput, outcome: SearchOutcome, num_chips: int, peak: 
     for alt in outcome.ranked[1 : top_n + 1]:
         entry = _entry(inp, alt, num_chips, peak)
         reason, seconds = loses_to(alt, winner)
+        if alt.step_s <= winner.step_s * (1 + TIE_RELATIVE):
+            reason, seconds = "nothing: a tie, ranked by the tie-break rule", 0.0
         entry["slower_by_s"] = alt.step_s - winner.step_s
         entry["loses_to"] = reason
         entry["loses_s"] = seconds

@@ -1,8 +1,9 @@
 """Read a plan file whose parallel degrees are (partly) `auto`.
 
 The file has `model` (preset or mapping), `training` (the step and the
-degrees, each a number or `auto`), `cluster` (a GPU cluster preset such as
-`h100-hgx-32n`, a path or a mapping) and optional `constraints`.
+degrees, each a number or `auto`), `cluster` (a node preset with its node
+count such as `h100-hgx-32n`, a path or a mapping), optional `calibration`
+(else the cluster's own) and optional `constraints`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
-from autotune.job.cluster_view import load_gpu_cluster_spec
-from autotune.loading import load_mapping, load_model_spec, validate_spec
+from autotune.loading import (
+    cluster_file,
+    load_calibration,
+    load_cluster_spec,
+    load_mapping,
+    load_model_spec,
+    validate_spec,
+)
+from autotune.specs.cluster import ClusterSpec
 from autotune.specs.job_search import (
     AutoTrainingSpec,
     JobSearchInput,
@@ -29,7 +37,7 @@ DEGREE_KEYS = (
     "recompute",
     "zero_stage",
 )
-FILE_KEYS = ("model", "training", "cluster", "constraints")
+FILE_KEYS = ("model", "training", "cluster", "calibration", "constraints")
 
 
 def wants_search(path: str | Path) -> bool:
@@ -70,23 +78,39 @@ def load_search_input(path: str | Path, cluster_override: str | None = None) -> 
             "must be a preset name or a mapping", file=file, field="model", value=model_ref
         )
     training = validate_spec(AutoTrainingSpec, data["training"], file=file, prefix="training")
-    cluster_ref = cluster_override if cluster_override else data["cluster"]
-    if isinstance(cluster_ref, str) and not cluster_override:
-        local = path.parent / cluster_ref
-        cluster_ref = str(local) if local.is_file() else cluster_ref
-    if not isinstance(cluster_ref, (str, dict)):
+    cluster_src = cluster_override if cluster_override else data["cluster"]
+    if isinstance(cluster_src, dict):
+        cluster = validate_spec(ClusterSpec, cluster_src, file=file, prefix="cluster")
+        cluster_base = path.parent
+    elif isinstance(cluster_src, str):
+        base = None if cluster_override else path.parent
+        cluster, _ = load_cluster_spec(cluster_src, base)
+        found = cluster_file(cluster_src, base)
+        cluster_base = found.parent if found is not None else path.parent
+    else:
         raise InputError(
             "must be a preset name, a path or a mapping",
             file=file,
             field="cluster",
-            value=cluster_ref,
+            value=cluster_src,
             fix="e.g. `cluster: h100-hgx-32n`",
         )
-    cluster = load_gpu_cluster_spec(cluster_ref, file=file)
+    if "calibration" in data:
+        calibration, _ = load_calibration(str(data["calibration"]), path.parent)
+    else:
+        calibration, _ = load_calibration(cluster.calibration, cluster_base)
     constraints = validate_spec(
         SearchConstraints, data.get("constraints") or {}, file=file, prefix="constraints"
     )
-    return JobSearchInput(model=model, training=training, cluster=cluster, constraints=constraints)
+    return JobSearchInput(
+        model=model,
+        training=training,
+        cluster=cluster,
+        calibration=calibration,
+        constraints=constraints,
+        source_file=file,
+        cluster_base=str(cluster_base),
+    )
 
 
 def plan_search(inp: JobSearchInput) -> dict:
@@ -97,7 +121,16 @@ def plan_search(inp: JobSearchInput) -> dict:
     from autotune.job.search import search
     from autotune.job.search_document import document
 
-    hw = job_hardware(inp.cluster, inp.training.dtype.value)
+    t = inp.training
+    hw = job_hardware(
+        inp.cluster,
+        inp.calibration,
+        t.dtype.value,
+        workspace_gib=t.workspace_gib,
+        memory_reserve_fraction=t.memory_reserve_fraction,
+        base=Path(inp.cluster_base) if inp.cluster_base else None,
+        file=inp.source_file,
+    )
     outcome = search(inp.model, hw, inp.training, inp.constraints)
     if not outcome.ranked:
         if outcome.num_candidates == 0:

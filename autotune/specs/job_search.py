@@ -1,4 +1,4 @@
-"""What the joint parallelism search may choose, and the GPU cluster it runs on.
+"""What the joint parallelism search may choose, and its resolved input.
 
 Every degree is a number the user fixes or `auto` (the search chooses);
 constraints narrow what `auto` may pick. Human units in the keys
@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from autotune.specs.base import Spec
+from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
 from autotune.specs.training import DType
 
@@ -42,6 +44,15 @@ class AutoTrainingSpec(Spec):
         default=True,
         description="Overlap gradient reduction with the backward pass; false runs it after "
         "the pipeline flush.",
+    )
+    workspace_gib: float = Field(
+        default=1.0,
+        ge=0,
+        description="Per-chip memory the framework holds besides tensors (runtime context, "
+        "GEMM and collective workspaces), GiB.",
+    )
+    memory_reserve_fraction: float = Field(
+        default=0.05, ge=0, lt=1, description="Fraction of HBM kept free for fragmentation."
     )
     data_parallel: int | Auto = Field(default="auto", description="Data-parallel replicas.")
     pipeline_parallel: int | Auto = Field(default="auto", description="Pipeline stages.")
@@ -100,52 +111,18 @@ class SearchConstraints(Spec):
     )
 
 
-class GpuClusterSpec(Spec):
-    """A cluster of identical nodes: chips on a scale-up network (NVSwitch)
-    inside a node, one NIC rail per chip between nodes."""
-
-    name: str = Field(description="Cluster name shown in reports.")
-    chip: str = Field(description="Chip preset name or path (peak, HBM capacity and bandwidth).")
-    num_nodes: int = Field(gt=0, description="Nodes in the cluster.")
-    chips_per_node: int = Field(gt=0, description="Chips in one node.")
-    intra_node_gb_per_s: float = Field(
-        gt=0, description="Per-chip, per-direction scale-up bandwidth inside a node, GB/s."
-    )
-    inter_node_gb_per_s: float = Field(
-        gt=0, description="Per-chip, per-direction NIC bandwidth between nodes, GB/s."
-    )
-    intra_node_latency_us: float = Field(
-        ge=0, description="Per-step latency of a collective inside a node, microseconds."
-    )
-    inter_node_latency_us: float = Field(
-        ge=0, description="Per-step latency of a collective between nodes, microseconds."
-    )
-    bandwidth_efficiency: float = Field(
-        gt=0, le=1, description="Fraction of nominal link bandwidth collectives reach."
-    )
-    gemm_efficiency: float = Field(
-        gt=0, le=1, description="Fraction of the chip's peak large GEMMs reach."
-    )
-    attention_efficiency: float = Field(
-        gt=0, le=1, description="Fraction of peak the attention core reaches."
-    )
-    overlap_slowdown: float = Field(
-        default=1.0, ge=1, description="Compute slowdown while communication overlaps it."
-    )
-    workspace_gib: float = Field(
-        ge=0, description="Per-chip memory the framework holds besides tensors, GiB."
-    )
-    memory_reserve_fraction: float = Field(
-        ge=0, lt=1, description="Fraction of HBM kept free for allocator fragmentation."
-    )
-    source: str = Field(description="Where these figures come from and whether nominal or fitted.")
-
-
 class JobSearchInput(Spec):
     """A resolved search input: model, training with its `auto` degrees,
-    cluster and constraints."""
+    cluster with its calibration, and constraints."""
 
-    model: ModelSpec
-    training: AutoTrainingSpec
-    cluster: GpuClusterSpec
-    constraints: SearchConstraints = SearchConstraints()
+    model: ModelSpec = Field(description="The model.")
+    training: AutoTrainingSpec = Field(description="The step and the degrees.")
+    cluster: ClusterSpec = Field(description="The cluster (a node preset with -<N>n or a file).")
+    calibration: CalibrationSpec = Field(description="The cluster's (or the given) calibration.")
+    constraints: SearchConstraints = Field(
+        default=SearchConstraints(), description="Limits on what auto may choose."
+    )
+    source_file: str | None = Field(default=None, description="The plan file.")
+    cluster_base: str | None = Field(
+        default=None, description="Folder of the cluster file (resolves its chip path)."
+    )
