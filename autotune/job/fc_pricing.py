@@ -7,9 +7,12 @@ search of MeshSlice runs once per pair and GEMM, not once per candidate.
   parallelism (Korthikanti et al. 2022 section 4.2.2): per block, forward
   all-gathers the input of the QKV and first FFN GEMMs and reduce-scatters
   the outputs of the projection and last FFN GEMM (4 ring collectives of the
-  `T x h` activation); backward issues the same 4 (the weight-gradient
-  re-gathers overlap the data-gradient GEMMs). Megatron's collectives block,
-  so their time adds to the GEMMs'.
+  `T x h` activation); backward issues twice as many (column-parallel
+  layers reduce-scatter the data gradient and all-gather their input again
+  for the weight gradient, row-parallel ones all-gather the output gradient
+  for both GEMMs: Table 1's Y- and X-stationary rows, as the whole-step
+  model's `megatron_fc` and cost_models.baselines.one_d price them). The
+  collectives block, so their time adds to the GEMMs'.
 - `r x c` meshes with `r, c > 1` are MeshSlice (cost_models.meshslice): every
   GEMM's forward (OS), backward-data (LS) and backward-weight (RS) at its best
   valid slice count, on the links the hardware layer places each mesh axis
@@ -110,7 +113,7 @@ def fc_times(
     if rows == 1:
         flops = sum(2.0 * tokens * i * o for i, o in gemms) / t
         comm = 4 * ring_s(tokens * model.hidden_size * element_bytes, t, hw.group_link(1, t))
-        return FcTimes(flops / rate + comm, 2 * flops / rate + comm, comm, comm)
+        return FcTimes(flops / rate + comm, 2 * (flops / rate + comm), comm, 2 * comm)
     mesh = MeshShape(rows, cols)
     fwd = fwd_c = bwd = bwd_c = 0.0
     for i, o in gemms:

@@ -1,46 +1,48 @@
 """Closed-form step time and memory of every candidate at once (numpy).
 
-Per block and micro-batch on one chip (tokens `T = b * s`, tensor chips `t`):
+The per-block terms use the whole-step model's formulas (cost_models:
+transformer_flops, elementwise, activations), evaluated on arrays of
+candidates. Per block and micro-batch on one chip (tokens `T = b s`, tensor
+chips `t`; every activation split over the group, as sequence parallelism
+and MeshSlice's 2D split do):
 
 - FC layers: :func:`autotune.job.fc_pricing.fc_times` (cached per mesh and T);
-- attention core: `4 T s a d / t` FLOPs forward (`QK^T` and `AV`), halved by
-  a causal flash kernel, at the attention efficiency; backward 2x forward
-  (2.5x for flash, which recomputes `QK^T`); the unfused core also moves its
-  `b a s^2 / t` scores over HBM (scale-mask-softmax read and write, dropout
-  read, write and mask: 5 passes of 2-byte elements, the 5as/h term of
-  Korthikanti et al. 2022 eq. 2 read as bytes);
-- memory-bound ops: two norms (read, write: 4h), two residual adds (6h),
-  bias and dropouts (5h when dropout is on), the FFN activation (read and
-  write the inner width: 2f for GELU, 3f for SwiGLU) over HBM, per token,
-  times the element bytes, divided over t; backward moves twice as much;
-- recomputation adds to the backward: selective the attention core's
-  forward, full the block's whole forward;
+- attention core: `4 b nh s^2 d / t` FLOPs forward, halved by a causal flash
+  kernel at the attention rate with a 2.5x backward
+  (`FLASH_BACKWARD_GEMMS / 2`), or unfused batched GEMMs at the GEMM rate
+  with a 2x backward;
+- memory-bound ops (norms, residual adds, dropouts, rotary, the FFN
+  activation, and the unfused core's softmax and dropout) over HBM:
+  `elementwise_s` with the bytes of `block_elementwise_ops`;
+- recomputation adds to the backward: selective the unfused core's forward
+  with its softmax and dropout (nothing under flash, whose kernel
+  recomputes the scores anyway), full the block's whole forward;
 - head (first stage): embedding lookup, `T h` elements written; tail (last
-  stage): output GEMM `2 T h V / t` FLOPs forward (2x backward) and the loss
-  over the `T V / t` fp32 logits (3 passes);
+  stage): output GEMM `2 T h V / t` FLOPs forward (2x backward) and the fp32
+  cross-entropy (`loss_bytes_per_token` over the vocabulary shard);
 - pipeline: each stage sends its `T h / t` activation forward and its
-  gradient back, per chunk and micro-batch, on the critical path;
+  gradient back, per chunk and micro-batch, on the critical path (one
+  launch, one step and the bytes over the link between stages);
 - 1F1B step over the stage times `W_s` (pipeline.md section 2, extended to
   `v` chunks): `m * max_s W_s + (sum_s W_s - max_s W_s) / v`;
-- data parallel over the replicas' network tier: ZeRO 0 all-reduces the
-  gradients (`2 (dp-1)/dp` of their bytes), ZeRO 1-2 reduce-scatter them and
-  all-gather the parameters, ZeRO 3 also gathers the parameters before every
-  micro-batch's forward and backward, block by block (one ring latency per
-  block; hidden behind that micro-batch's compute when shorter). With
-  overlap, gradient traffic hides behind the last micro-batch's backward
-  except the last layer's bucket;
-- optimizer: Adam over the local shard, `26 + g` bytes per parameter over
-  HBM (read fp32 master, moments and the `g`-byte gradient, write them and
-  the bf16 weight).
+- data parallel over the replicas' network tier (ring: `launch + (dp-1)
+  (step + bytes / dp / bw)`): ZeRO 0 all-reduces the gradients, ZeRO 1-2
+  reduce-scatter them and all-gather the parameters, ZeRO 3 also gathers the
+  parameters before every micro-batch's forward and backward, block by block
+  (one ring latency per block; hidden behind that micro-batch's compute when
+  shorter). With overlap, gradient traffic hides behind the last
+  micro-batch's backward except the last block's share;
+- optimizer: Adam over the local shard, `adam_step_bytes_per_param` over HBM.
 
 Memory per chip, first and last stage (the largest): parameters (2 bytes),
 gradients (`g`), fp32 master and Adam moments (12), divided by ZeRO stage;
-activations per block and micro-batch (Korthikanti et al. 2022 section 4.1:
-`sbh(34 + 5as/h)` for GPT-3, rebuilt term by term for GQA, SwiGLU, flash and
-no dropout, all divided over t), times the micro-batches alive on the first
-stage (`min(pp, m)`, times `1 + (pp-1)/(pp v)` when interleaved, section
-4.2.3); full recomputation keeps only each block's input and one block's
-activations during its backward; the last stage keeps the fp32 logits.
+activations per block and micro-batch per recomputation mode
+(`layer_activation_bytes_per_token`: Korthikanti et al. 2022 Table 2 rebuilt
+term by term for GQA, SwiGLU, flash and dropout), times the micro-batches
+alive on the first stage (`min(pp, m)`, times `1 + (pp-1)/(pp v)` when
+interleaved, their section 4.2.3); full recomputation keeps each block's
+input plus one block's activations during its backward; the last stage keeps
+the logits (fp32 and 16-bit copies).
 """
 
 from __future__ import annotations
@@ -52,8 +54,16 @@ import numpy as np
 from autotune.job.candidates import Candidates
 from autotune.job.cluster_view import JobHardware
 from autotune.job.fc_pricing import fc_gemms, fc_times
-from autotune.specs.job_search import AutoTrainingSpec
-from autotune.specs.model import FfnKind, ModelSpec
+from autotune.specs.job_search import RECOMPUTE_MODES, AutoTrainingSpec
+from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
+from cost_models.activations import BlockShape, layer_activation_bytes_per_token
+from cost_models.elementwise import (
+    adam_step_bytes_per_param,
+    block_elementwise_ops,
+    elementwise_s,
+    loss_bytes_per_token,
+)
+from cost_models.transformer_flops import FLASH_BACKWARD_GEMMS, attention_core_forward_flops
 
 COMPONENTS = (
     "compute_s",
@@ -110,15 +120,13 @@ def block_params(model: ModelSpec) -> float:
 def block_figures(
     model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates
 ) -> BlockFigures:
-    """Per-block times and activations (module docstring), vectorised."""
+    """Per-block times and activations (module docstring), vectorised, with
+    the whole-step model's formulas (cost_models.transformer_flops,
+    cost_models.elementwise, cost_models.activations)."""
     el = train.dtype.num_bytes
-    s, h, a, d = train.sequence_length, model.hidden_size, model.num_heads, model.head_dim
-    f = model.ffn_size
+    s, a, d = train.sequence_length, model.num_heads, model.head_dim
     t = c.tp.astype(float)
     tokens = (c.mbs * s).astype(float)
-    fwd = np.empty(len(c))
-    bwd = np.empty(len(c))
-    comm = np.empty(len(c))
     keys = np.stack([c.rows, c.cols, c.mbs], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -128,48 +136,76 @@ def block_figures(
     comm = np.array([x.forward_comm_s + x.backward_comm_s for x in per_key])[inverse]
 
     flash = train.flash_attention
-    attn_flops = 4.0 * tokens * s * a * d / t * (0.5 if flash else 1.0)
-    attn_f = attn_flops / (hw.peak_flops_per_s * hw.attention_efficiency)
-    scores_s = 0.0 if flash else 5 * 2.0 * c.mbs * a * s * s / t / hw.hbm_bytes_per_s
-    attn_f = attn_f + scores_s
-    attn_b = attn_f * (2.5 if flash else 2.0)
-    act_width = 2 * f if model.ffn_kind is FfnKind.GELU else 3 * f
-    mem_tokens = (4 * h + 6 * h + (5 * h if train.dropout else 0) + act_width) * el
-    elem_f = tokens * mem_tokens / t / hw.hbm_bytes_per_s
-    forward_s = fwd + attn_f + elem_f
-    backward_s = bwd + attn_b + 2 * elem_f
-    extra = np.stack([np.zeros(len(c)), attn_f, forward_s], axis=1)
-
+    core = attention_core_forward_flops(c.mbs.astype(float), s, a, d, causal=flash) / t
+    if flash:
+        attn_f = core / (hw.peak_flops_per_s * hw.attention_efficiency)
+        attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
+    else:
+        # Batched s x s x d GEMMs at the GEMM rate, no causal skipping.
+        attn_f = core / (hw.peak_flops_per_s * hw.gemm_efficiency)
+        attn_b = 2.0 * attn_f
+    ops = _elementwise_ops(model, train)
+    ew_f = elementwise_s(ops, tokens, t, True, hw.hbm_bytes_per_s, forward=True)
+    ew_b = elementwise_s(ops, tokens, t, True, hw.hbm_bytes_per_s, forward=False)
+    forward_s = fwd + attn_f + ew_f
+    backward_s = bwd + attn_b + ew_b
+    if flash:
+        # A flash kernel recomputes the scores in its backward anyway.
+        selective = np.zeros(len(c))
+    else:
+        core_ops = tuple(op for op in ops if op.name in ("softmax", "attention dropout"))
+        selective = attn_f + elementwise_s(core_ops, tokens, t, True, hw.hbm_bytes_per_s, True)
+    extra = np.stack([np.zeros(len(c)), selective, forward_s], axis=1)
     acts = activation_bytes(model, train, c)
     return BlockFigures(forward_s, backward_s, comm, extra, acts, block_params(model))
 
 
+def _elementwise_ops(model: ModelSpec, train: AutoTrainingSpec):
+    return block_elementwise_ops(
+        model.hidden_size,
+        model.attention_width,
+        model.kv_heads * model.head_dim,
+        model.ffn_size,
+        model.ffn_kind is FfnKind.SWIGLU,
+        model.num_heads,
+        train.sequence_length,
+        train.dtype.num_bytes,
+        train.dropout,
+        model.position_encoding is PositionEncoding.ROTARY,
+        train.flash_attention,
+    )
+
+
 def activation_bytes(model: ModelSpec, train: AutoTrainingSpec, c: Candidates) -> np.ndarray:
     """Bytes one block keeps per micro-batch on one chip, per recomputation
-    mode (columns none, selective, full); module docstring."""
-    el = train.dtype.num_bytes
-    s, h, a, d = train.sequence_length, model.hidden_size, model.num_heads, model.head_dim
-    f = model.ffn_size
+    mode (columns none, selective, full): the Korthikanti et al. 2022
+    inventory (cost_models.activations) with every activation split over
+    the tensor group (sequence parallelism, or MeshSlice's 2D split)."""
+    shape = BlockShape(
+        hidden=model.hidden_size,
+        num_heads=model.num_heads,
+        num_kv_heads=model.kv_heads,
+        head_dim=model.head_dim,
+        ffn=model.ffn_size,
+        gated=model.ffn_kind is FfnKind.SWIGLU,
+        seq_len=train.sequence_length,
+    )
     t = c.tp.astype(float)
-    tokens = (c.mbs * s).astype(float)
-    flash = train.flash_attention
-    kv = model.kv_heads
-    drop = 1 if train.dropout else 0
-    # Per token: the norm's input, QKV's input, Q, K and V, the projection's
-    # input, the dropout mask (Korthikanti et al. 2022 section 4.1).
-    attn_bytes = 2 * el * h + el * a * d + 2 * el * kv * d + el * a * d + drop * h
-    if model.ffn_kind is FfnKind.GELU:
-        mlp_bytes = el * h + 2 * el * f + drop * h
-    else:
-        mlp_bytes = el * h + 3 * el * f + drop * h
-    per_token = attn_bytes + el * h + mlp_bytes  # the second norm's input
-    # Unfused core: softmax output, and with dropout its mask and output.
-    scores = 0.0 if flash else (el + drop * (1 + el)) * a * s
-    none = tokens * (per_token + scores) / t
-    selective = tokens * per_token / t
-    full = tokens * el * h / t
-    acts = np.stack([none, selective, full], axis=1)
-    return acts
+    tokens = (c.mbs * train.sequence_length).astype(float)
+    cols = [
+        tokens
+        * layer_activation_bytes_per_token(
+            mode,
+            shape,
+            train.dtype.num_bytes,
+            t,
+            True,
+            train.dropout,
+            train.flash_attention,
+        )
+        for mode in RECOMPUTE_MODES
+    ]
+    return np.stack(cols, axis=1)
 
 
 def _stage_layers(layers: int, pp: int, v: int) -> tuple[int, int, int, int]:
@@ -247,7 +283,7 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
     )
     dp_exposed = dp_exposed + zero3
     shard = p_max / np.where(z >= 1, dp, 1)
-    opt_s = shard * (26 + g_el) / hw.hbm_bytes_per_s
+    opt_s = shard * adam_step_bytes_per_param(el, g_el) / hw.hbm_bytes_per_s
 
     busy = m * w_max
     scale = np.where(w_max > 0, busy / w_max, 0.0)
@@ -278,16 +314,17 @@ def end_block_seconds(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per micro-batch on one chip: the head's forward (embedding lookup,
     `T h` elements written), the tail's forward and backward (output GEMM
-    `2 T h V / t` FLOPs forward, twice that backward; the loss reads and
-    writes the fp32 logits: one pass forward, two backward)."""
+    `2 T h V / t` FLOPs forward, twice that backward; the fp32 cross-entropy
+    over the vocabulary shard, cost_models.elementwise.loss_bytes_per_token)."""
     el = train.dtype.num_bytes
     h, vocab = model.hidden_size, model.vocab_size or 0
     t = c.tp.astype(float)
     tokens = (c.mbs * train.sequence_length).astype(float)
     head = tokens * h * el / t / hw.hbm_bytes_per_s
     gemm = 2.0 * tokens * h * vocab / t / (hw.peak_flops_per_s * hw.gemm_efficiency)
-    loss = tokens * vocab * 4 / t / hw.hbm_bytes_per_s
-    return head, gemm + loss, 2 * gemm + 2 * loss
+    loss_f, loss_b = loss_bytes_per_token(vocab, el)
+    loss = tokens / t / hw.hbm_bytes_per_s
+    return head, gemm + loss * loss_f, 2 * gemm + loss * loss_b
 
 
 def _split_counts(model: ModelSpec, c: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
