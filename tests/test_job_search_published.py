@@ -57,7 +57,10 @@ def choices(request):
     for run in _runs(repo_root):
         published, (model, hw) = _published_step(run)
         train = AutoTrainingSpec(global_batch_sequences=run["global_batch_sequences"], **ERA)
-        outcome = search(model, hw, train, SearchConstraints())
+        # A short balancer time limit keeps the test quick: a solve it cuts
+        # leaves its candidate at the even split, which only makes the
+        # choice slower, never the check easier.
+        outcome = search(model, hw, train, SearchConstraints(ilp_time_limit_s=3.0))
         out.append((run, published, outcome))
     return out
 
@@ -75,7 +78,7 @@ def test_choice_at_least_as_fast_as_published(choices):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="with nominal A100 figures the model is 22% (GPT-3) and 34% (MT-NLG) faster than "
+    reason="with nominal A100 figures the model is 24% (GPT-3) and 35% (MT-NLG) faster than "
     "measured; both runs used 2021 software (README, docs/job-search.md)",
 )
 def test_published_configuration_within_tolerance(repo_root):

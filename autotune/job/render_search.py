@@ -56,7 +56,8 @@ def render_text(doc: dict) -> str:
         "",
         f"search: {s['candidates']} candidates, {s['pruned_by_memory_bound']} pruned by the memory "
         f"bound, {s['priced']} priced, {s['fit_closed_form']} fit, {s['balanced_by_ilp']} balanced "
-        f"by the pipeline ILP; {'proved best' if s['proved_best'] else 'not proved best'} "
+        f"by the pipeline ILP ({s['ilp_unproved']} not proved within the time limit, left at the "
+        f"even split); {'proved best' if s['proved_best'] else 'not proved best'} "
         f"under the model; {s['elapsed_s']:.2f} s",
         f"ties: {s['tie_break']}",
     ]

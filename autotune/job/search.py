@@ -77,6 +77,7 @@ class SearchOutcome:
     num_priced: int
     num_fit_closed_form: int
     num_balanced: int
+    num_balancer_unproved: int  # solves that proved no plan within their time limit
     proved: bool
     memory_excluded: tuple[Evaluated, ...]
     usable_bytes: float
@@ -259,6 +260,7 @@ def search(
         num_priced=len(c),
         num_fit_closed_form=int(fits.sum()),
         num_balanced=len(solved),
+        num_balancer_unproved=sum(1 for b in solved.values() if b is None or not b.proved),
         proved=proved,
         memory_excluded=tuple(_sorted(excluded)[:5]),
         usable_bytes=hw.usable_bytes,

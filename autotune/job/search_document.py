@@ -120,6 +120,7 @@ def document(inp: JobSearchInput, outcome: SearchOutcome, num_chips: int, peak: 
             "priced": outcome.num_priced,
             "fit_closed_form": outcome.num_fit_closed_form,
             "balanced_by_ilp": outcome.num_balanced,
+            "ilp_unproved": outcome.num_balancer_unproved,
             "proved_best": outcome.proved,
             "elapsed_s": outcome.elapsed_s,
             "tie_break": TIE_BREAK_RULE,
