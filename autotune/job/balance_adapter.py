@@ -83,17 +83,18 @@ def balancer_options(
     one: Candidates,
     acts: np.ndarray,
     extra_s: np.ndarray,
+    mix: bool = False,
 ) -> tuple[str, ...]:
-    """Recomputation options the balancer may mix for one candidate.
+    """Recomputation options the balancer gets for one candidate.
 
     A fixed mode is the only option. With `auto`: drop a mode that keeps no
-    fewer bytes than a faster one (selective under flash attention, which
-    keeps no scores); then, in order of backward time, the fastest mode whose
-    even split fits in the closed form and the next faster one (which does
-    not fit on every stage, so mixing the two is what can pay). When no mode
-    fits, every remaining one. Fewer options keep the balancer's per-stage
-    enumeration small; both the search and the exhaustive reference use the
-    same rule."""
+    fewer bytes than a faster one; then, in order of backward time, the
+    fastest mode whose even split fits in the closed form, and with `mix`
+    also the next faster one (which does not fit on every stage, so mixing
+    the two per stage is what can pay). When no mode fits: the lightest, or
+    with `mix` every remaining one. One option keeps the balancer's MILP
+    small enough to prove in about a second; the search mixes only for its
+    winner (search.py)."""
     if train.recompute != "auto":
         return (train.recompute,)
     kept = [
@@ -109,13 +110,20 @@ def balancer_options(
         first, last = memory_bytes(model, hw, train, row)
         fits.append(max(float(first[0]), float(last[0])) <= hw.usable_bytes)
     if not any(fits):
-        return tuple(RECOMPUTE_MODES[o] for o in kept)
-    f = fits.index(True)
-    return tuple(RECOMPUTE_MODES[o] for o in kept[max(f - 1, 0) : f + 1])
+        chosen = kept if mix else kept[-1:]
+    else:
+        f = fits.index(True)
+        chosen = kept[max(f - 1, 0) : f + 1] if mix else kept[f : f + 1]
+    return tuple(RECOMPUTE_MODES[o] for o in chosen)
 
 
 def build_problem(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates, i: int
+    model: ModelSpec,
+    hw: JobHardware,
+    train: AutoTrainingSpec,
+    c: Candidates,
+    i: int,
+    mix: bool = False,
 ) -> tuple[Problem, float]:
     """The balancer's problem for candidate `i` and the seconds to add to its
     makespan (pipeline transfers, exposed data-parallel traffic, optimizer)."""
@@ -132,7 +140,7 @@ def build_problem(
     )
     fwd, bwd = float(blk.forward_s[0]), float(blk.backward_s[0])
     acts = activation_bytes(model, train, one)[0]
-    modes = balancer_options(model, hw, train, one, acts, blk.recompute_extra_s[0])
+    modes = balancer_options(model, hw, train, one, acts, blk.recompute_extra_s[0], mix)
     options = {
         name: float(blk.recompute_extra_s[0, RECOMPUTE_MODES.index(name)]) / bwd for name in modes
     }
@@ -180,9 +188,11 @@ def balance_candidate(
     c: Candidates,
     i: int,
     time_limit_s: float,
+    mix: bool = False,
 ) -> BalancedPlan | None:
-    """Balance candidate `i` (pp > 1); None when no plan fits in memory."""
-    problem, extras = build_problem(model, hw, train, c, i)
+    """Balance candidate `i` (pp > 1); None when no plan fits in memory.
+    `mix` lets the balancer mix two recomputation modes per stage."""
+    problem, extras = build_problem(model, hw, train, c, i, mix)
     settings = SolverSettings(time_limit_s=time_limit_s, threads=1, random_seed=0)
     with _solver_output_to_stderr():
         result = balance(problem, settings)

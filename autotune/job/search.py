@@ -9,18 +9,25 @@ interleave x recomputation x ZeRO stage.
    or recomputation can fit a candidate above it, so pruning loses nothing.
 3. Price the rest in closed form, vectorised (pricing.py).
 4. Single-stage candidates are final at their closed-form step. Pipelined
-   ones are balanced by the pipeline ILP (balance_adapter.py): first the
-   `finalists` best by closed form, then any other whose step lower bound
-   (every stage busy `m` times the average stage work without recomputation,
-   plus the terms the ILP does not see) is below the best step found, until
-   none is left (the result is then proved best under the model) or the
-   solve budget is spent (reported as not proved).
+   ones are balanced by the pipeline ILP (balance_adapter.py) with one
+   recomputation mode (the fastest whose even split fits): first the
+   `finalists` best by closed form, then any other, in order of a step
+   lower bound (`_step_lower_bound`, plus the terms the ILP does not see),
+   while that bound is below the best step found; a candidate whose bound
+   already loses is never balanced. When none is left the result is proved
+   best under the model; when the solve budget (as many again as finalists)
+   runs out it is reported as not proved.
 5. Rank by step time; ties (equal within a relative 1e-9) go to the earlier
    candidate in the canonical order (candidates.canonical_order: fewer tensor
    chips, fewer stages, fewer mesh rows, lower ZeRO stage, less
    recomputation, less interleaving, larger micro-batch). A balanced plan
-   enters only when the solver proved it within its gap; otherwise the
-   even split stands, so solver timing cannot change the plan.
+   enters only when the solver proved it within its gap; otherwise the even
+   split stands, so a solve's outcome depends on machine speed only when it
+   runs into its time limit (the report counts those).
+6. With recomputation on auto and a balanced pipeline winning, the balancer
+   may mix the winner's mode with the next faster one per stage; a proved,
+   faster plan replaces it (two modes make the MILP much harder, so only the
+   winner gets this).
 """
 
 from __future__ import annotations
@@ -30,7 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.job.balance_adapter import BalancedPlan, balance_candidate, balance_key
+from autotune.job.balance_adapter import (
+    BalancedPlan,
+    balance_candidate,
+    balance_key,
+    balancer_options,
+)
 from autotune.job.candidates import Candidates, enumerate_candidates
 from autotune.job.cluster_view import JobHardware
 from autotune.job.pricing import (
@@ -169,6 +181,34 @@ def _sorted(items: list[Evaluated]) -> list[Evaluated]:
     return result + sorted(group, key=lambda x: x.order)
 
 
+def _mix_winner(
+    model: ModelSpec,
+    hw: JobHardware,
+    train: AutoTrainingSpec,
+    limits: SearchConstraints,
+    c: Candidates,
+    p: Priced,
+    ranked: list[Evaluated],
+    row_of: dict[int, int],
+) -> tuple[list[Evaluated], bool]:
+    """Step 6: when the winner is a balanced pipeline and recomputation is
+    on auto, let the balancer mix two modes per stage for it; a proved,
+    faster plan replaces it. Returns the ranking and whether a solve ran."""
+    if not ranked or ranked[0].balanced is None or train.recompute != "auto":
+        return ranked, False
+    top = ranked[0]
+    i = row_of[top.order]
+    one = c.take(np.array([i]))
+    blk = block_figures(model, hw, train, one)
+    acts = activation_bytes(model, train, one)[0]
+    if len(balancer_options(model, hw, train, one, acts, blk.recompute_extra_s[0], True)) < 2:
+        return ranked, False
+    bal = balance_candidate(model, hw, train, c, i, limits.ilp_time_limit_s, mix=True)
+    if bal is None or not bal.proved or bal.step_s >= top.step_s:
+        return ranked, True
+    return _sorted([_evaluated(c, p, i, top.order, bal), *ranked[1:]]), True
+
+
 def search(
     model: ModelSpec,
     hw: JobHardware,
@@ -211,43 +251,47 @@ def search(
             i = min(fitting, key=lambda r: (float(p.step_s[r]), int(order[r])))
             evaluated[key] = _evaluated(c, p, i, int(order[i]), None)
 
+    def best_step() -> float:
+        return min((e.step_s for e in evaluated.values()), default=np.inf)
+
+    key_lb: dict[tuple, float] = {}
+    if keys:
+        piped = np.flatnonzero(c.pp > 1)
+        lbs = _step_lower_bound(model, hw, train, c.take(piped), p_take(p, piped))
+        row_lb = dict(zip(piped.tolist(), lbs.tolist(), strict=True))
+        key_lb = {key: min(row_lb[i] for i in rows) for key, rows in keys.items()}
+    # Finalists: the best pipelined candidates by closed form, skipping any
+    # whose bound already loses to the best step found (it cannot win).
     by_closed = sorted(
         (float(p.step_s[i]), int(order[i]), key)
         for key, rows in keys.items()
         for i in rows
         if fits[i]
     )
+    finalists = 0
     for _, _, key in by_closed:
-        if len(solved) >= limits.finalists:
+        if finalists >= limits.finalists:
             break
-        if key not in solved:
+        if key in solved:
+            continue
+        finalists += 1
+        if key_lb[key] < best_step():
             run(key)
     budget = limits.finalists if max_extra_solves is None else max_extra_solves
     proved = True
-    if keys:
-        piped = np.flatnonzero(c.pp > 1)
-        row_lb = dict(
-            zip(
-                piped.tolist(),
-                _step_lower_bound(model, hw, train, c.take(piped), p_take(p, piped)).tolist(),
-                strict=True,
-            )
-        )
-        key_lb = sorted(
-            (min(row_lb[i] for i in rows), int(order[rows[0]]), key) for key, rows in keys.items()
-        )
-        for bound, _, key in key_lb:
-            if key in solved:
-                continue
-            best = min((e.step_s for e in evaluated.values()), default=np.inf)
-            if bound >= best:
-                break
-            if budget <= 0:
-                proved = False
-                break
-            budget -= 1
-            run(key)
+    for bound, _, key in sorted((b, int(order[keys[k][0]]), k) for k, b in key_lb.items()):
+        if key in solved:
+            continue
+        if bound >= best_step():
+            break
+        if budget <= 0:
+            proved = False
+            break
+        budget -= 1
+        run(key)
     ranked = _sorted(list(evaluated.values()))
+    row_of = {int(order[i]): int(i) for i in range(len(c))}
+    ranked, mixed = _mix_winner(model, hw, train, limits, c, p, ranked, row_of)
     best_step = ranked[0].step_s if ranked else np.inf
     excluded = [
         _evaluated(c, p, int(i), int(order[i]), None)
@@ -259,7 +303,7 @@ def search(
         num_pruned_by_memory_bound=int((~keep).sum()),
         num_priced=len(c),
         num_fit_closed_form=int(fits.sum()),
-        num_balanced=len(solved),
+        num_balanced=len(solved) + int(mixed),
         num_balancer_unproved=sum(1 for b in solved.values() if b is None or not b.proved),
         proved=proved,
         memory_excluded=tuple(_sorted(excluded)[:5]),
@@ -305,4 +349,7 @@ def exhaustive(
         if fitting:
             i = min(fitting, key=lambda r: (float(p.step_s[r]), r))
             out.append(_evaluated(c, p, i, i, None))
-    return _sorted(out)
+    ranked, _ = _mix_winner(
+        model, hw, train, limits, c, p, _sorted(out), {i: i for i in range(len(c))}
+    )
+    return ranked
