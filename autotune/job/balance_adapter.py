@@ -52,6 +52,12 @@ class BalancedPlan:
     stage_peak_bytes: list[float]
     bubble_fraction: float
     proved: bool
+    # The busiest stage's seconds per micro-batch: compute (blocks and end
+    # blocks, without tensor communication), exposed tensor communication,
+    # recomputation.
+    busiest_compute_s: float = 0.0
+    busiest_tp_comm_s: float = 0.0
+    busiest_recompute_s: float = 0.0
 
 
 @contextmanager
@@ -210,6 +216,15 @@ def balance_candidate(
                     counts[name] += k
         recompute.append({k: n for k, n in counts.items() if n})
     even = result.baseline.step_time_s + extras if result.baseline is not None else None
+    busiest = max(range(len(plan.stages)), key=lambda k: (plan.stages[k].busy_s, -k))
+    group = problem.groups[0]
+    blocks = sum(layers[busiest])
+    coef = {o.name: o.backward_time_coef for o in problem.options}
+    rec_s = sum(n * group.backward_s * coef[name] for name, n in recompute[busiest].items())
+    ends = (problem.head.forward_s + problem.head.backward_s if busiest == 0 else 0.0) + (
+        problem.tail.forward_s + problem.tail.backward_s if busiest == len(plan.stages) - 1 else 0.0
+    )
+    tp_comm = float(block_figures(model, hw, train, c.take(np.array([i]))).tp_comm_s[0])
     return BalancedPlan(
         step_s=plan.step_time_s + extras,
         even_split_step_s=even,
@@ -218,4 +233,7 @@ def balance_candidate(
         stage_peak_bytes=[st.peak_memory_bytes for st in plan.stages],
         bubble_fraction=plan.bubble.total,
         proved=result.solver.status == "optimal",
+        busiest_compute_s=blocks * (group.forward_s + group.backward_s - tp_comm) + ends,
+        busiest_tp_comm_s=blocks * tp_comm,
+        busiest_recompute_s=rec_s,
     )

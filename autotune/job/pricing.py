@@ -85,6 +85,7 @@ class Priced:
     first_stage_bytes: np.ndarray
     last_stage_bytes: np.ndarray
     usable_bytes: float
+    micro_batches: np.ndarray
 
     @property
     def peak_bytes(self) -> np.ndarray:
@@ -306,7 +307,7 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
     step = pipe_s + dp_exposed + opt_s
 
     first_bytes, last_bytes = memory_bytes(model, hw, train, c)
-    return Priced(step, comp, first_bytes, last_bytes, hw.usable_bytes)
+    return Priced(step, comp, first_bytes, last_bytes, hw.usable_bytes, m)
 
 
 def end_block_seconds(

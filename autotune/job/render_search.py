@@ -37,6 +37,10 @@ def render_text(doc: dict) -> str:
                 f"  balanced {chosen['step_time_s']:.3f} s against "
                 f"{bal['even_split_step_time_s']:.3f} s for the even split"
             )
+    if doc["tied_with_chosen"]:
+        lines.append("  equally fast (the tie-break rule chose above):")
+        for cfg in doc["tied_with_chosen"]:
+            lines.append(f"    {_cfg(cfg)}, {cfg['peak_memory_gib']:.1f} GiB")
     lines += ["", f"alternatives (top {len(doc['alternatives'])}):"]
     for alt in doc["alternatives"]:
         lines.append(

@@ -158,8 +158,14 @@ def _evaluated(c: Candidates, p: Priced, i: int, order: int, bal: BalancedPlan |
     if bal is not None:
         step = bal.step_s
         peak = max(bal.stage_peak_bytes)
-        comps["bubble_s"] += step - float(p.step_s[i])
-        # A zero-sized "recomputation" term would mislead when the ILP mixed options.
+        # The busiest stage of the balanced plan, m micro-batches; the
+        # pipeline transfers, data-parallel and optimizer terms as priced.
+        m = float(p.micro_batches[i])
+        comps["compute_s"] = m * bal.busiest_compute_s
+        comps["tp_comm_s"] = m * bal.busiest_tp_comm_s
+        comps["recompute_s"] = m * bal.busiest_recompute_s
+        others = sum(v for k, v in comps.items() if k != "bubble_s")
+        comps["bubble_s"] = step - others
         rec = {k for st in bal.recompute_per_stage for k in st}
         config["recompute"] = next(iter(rec)) if len(rec) == 1 else "per-stage"
     return Evaluated(order, config, step, float(p.step_s[i]), comps, peak, bal)
@@ -320,6 +326,7 @@ def p_take(p: Priced, rows: np.ndarray) -> Priced:
         p.first_stage_bytes[rows],
         p.last_stage_bytes[rows],
         p.usable_bytes,
+        p.micro_batches[rows],
     )
 
 

@@ -84,12 +84,14 @@ def document(inp: JobSearchInput, outcome: SearchOutcome, num_chips: int, peak: 
         raise ValueError("no configuration fits; the caller reports infeasibility")
     winner = outcome.ranked[0]
     top_n = inp.constraints.top_n
+    # Configurations as fast as the winner (e.g. a ZeRO stage whose extra
+    # traffic hides completely) are listed apart, not as alternatives.
+    ties = [e for e in outcome.ranked[1:] if e.step_s <= winner.step_s * (1 + TIE_RELATIVE)]
+    rest = outcome.ranked[1 + len(ties) :]
     alternatives = []
-    for alt in outcome.ranked[1 : top_n + 1]:
+    for alt in rest[:top_n]:
         entry = _entry(inp, alt, num_chips, peak)
         reason, seconds = loses_to(alt, winner)
-        if alt.step_s <= winner.step_s * (1 + TIE_RELATIVE):
-            reason, seconds = "nothing: a tie, ranked by the tie-break rule", 0.0
         entry["slower_by_s"] = alt.step_s - winner.step_s
         entry["loses_to"] = reason
         entry["loses_s"] = seconds
@@ -111,6 +113,9 @@ def document(inp: JobSearchInput, outcome: SearchOutcome, num_chips: int, peak: 
             "dtype": inp.training.dtype.value,
         },
         "chosen": _entry(inp, winner, num_chips, peak),
+        "tied_with_chosen": [
+            {**_config(inp, e), "peak_memory_gib": e.peak_bytes / GIB} for e in ties[:top_n]
+        ],
         "alternatives": alternatives,
         "faster_but_out_of_memory": excluded,
         "usable_memory_gib": outcome.usable_bytes / GIB,
