@@ -108,7 +108,7 @@ def _published_1t(tmp: Path) -> str:
             "fc_algorithm": "megatron-1d",
             "attention": "unfused",
         },
-        "cluster": "dgx-a100-selene-384n",
+        "cluster": "a100-hgx-384n",
     }
     path = tmp / "gpt-1t.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -54,13 +54,14 @@ def plan(
 
     Exit codes: 0 ok, 1 no feasible plan (or out of memory), 2 bad input.
     """
+    from autotune.errors import NoFeasiblePlanError
     from autotune.io import atomic_write_text
     from autotune.job.search_input import wants_search
 
     if wants_search(model_file):
         _plan_search(model_file, cluster, fmt, out)
         return
-    from autotune.job.step import plan_job
+    from autotune.job.step import out_of_memory_message, plan_job
     from autotune.loading import load_plan_input
     from autotune.plan.document import to_json
     from autotune.plan.search import plan as run_plan
@@ -68,20 +69,23 @@ def plan(
 
     inp = load_plan_input(model_file, cluster, calibration)
     result = run_plan(inp, DataflowPolicy(dataflow) if dataflow else None)
-    job = plan_job(inp, result)
+    job = plan_job(inp, result, check_memory=False)
+    if fmt != "json":
+        from autotune.job.report import render_job
+        from autotune.plan.report import render_plan
+
+        # the report, memory table included, also shows why a plan does not fit
+        render_plan(result)
+        render_job(job)
+    if not job.fits:
+        raise NoFeasiblePlanError(out_of_memory_message(job))
     text = to_json(result, job) if (fmt == "json" or out) else None
     if out:
         atomic_write_text(out, text)
     if fmt == "json":
         click.echo(text, nl=False)
-    else:
-        from autotune.job.report import render_job
-        from autotune.plan.report import render_plan
-
-        render_plan(result)
-        render_job(job)
-        if out:
-            click.echo(f"\nwrote {out}")
+    elif out:
+        click.echo(f"\nwrote {out}")
 
 
 def _plan_search(model_file: str, cluster: str | None, fmt: str, out: str | None) -> None:

@@ -48,6 +48,10 @@ def comm_model_for(calibration: CalibrationSpec, placement: MeshPlacement) -> Co
             elif axis.value in entries:
                 a = entries[axis.value]
                 params[(op, axis)] = LinkParams(a.launch_s, a.sync_s, a.link_bytes_per_s)
+            elif p.size == 1 and entries:
+                # a one-chip axis moves nothing; any entry keeps the formulas total
+                a = next(iter(entries.values()))
+                params[(op, axis)] = LinkParams(a.launch_s, a.sync_s, a.link_bytes_per_s)
     resources = {axis: placement.axis(axis).resource for axis in Axis}
     return CommModel(params, resources)
 

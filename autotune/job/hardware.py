@@ -28,7 +28,6 @@ class JobHardware:
     hbm_bytes_per_s: float
     data_parallel: LinkParams | None
     pipeline: LinkParams | None
-    overlap_slowdown: float
 
 
 def _need(value: float | None, field: str, why: str, inp: PlanInput) -> float:
@@ -48,8 +47,11 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
     bad-input error, a missing optional one a warning.
 
     Data-parallel and pipeline links: the cluster's explicit
-    `data_parallel_gb_per_s` / `pipeline_gb_per_s`, else the scale-out NIC
-    rate when the cluster spans several nodes, else the node's own links."""
+    `data_parallel_gb_per_s` / `pipeline_gb_per_s` (with
+    `network_latency_us` per ring step); else the calibration's all-gather
+    (data parallel) or send-recv (pipeline) entry for the resource the group
+    crosses (`scale_out` when its members sit in different nodes, else the
+    node's kind); else the cluster's nominal NIC or node rate."""
     c, t = inp.cluster, inp.training
     ctx = search_context(inp)
     cluster = ctx.cluster
@@ -73,24 +75,34 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
                 f"cluster {c.name} gives no attention_tflops_per_s: the fused attention core "
                 "is priced at the calibration's GEMM rate"
             )
-    if c.network_latency_us is None and (t.data_parallel > 1 or t.pipeline_parallel > 1):
-        warnings.append(
-            f"cluster {c.name} gives no network_latency_us: data-parallel and pipeline "
-            "transfers are priced by bandwidth alone"
-        )
     latency_s = (c.network_latency_us or 0.0) * 1e-6
-    derived = cluster.scale_out_bytes_per_s if cluster.num_nodes > 1 else cluster.node_bytes_per_s
+    tp = mesh.num_chips
+    node = cluster.chips_per_node
+    # Megatron-LM's rank order: tensor-parallel ranks innermost, then data,
+    # then pipeline; a group spans nodes when its members are a node apart.
+    dp_spans = node is not None and tp * t.data_parallel > node
+    pp_spans = node is not None and tp * t.data_parallel >= node
 
-    def link(field: str, needed: bool, why: str) -> LinkParams | None:
+    def link(field: str, op: str, spans: bool, needed: bool, why: str) -> LinkParams | None:
         if not needed:
             return None
         value = getattr(c, field)
-        rate = value * GB if value is not None else derived
+        if value is not None:
+            return LinkParams(launch_s=0.0, sync_s=latency_s, link_bytes_per_s=value * GB)
+        resource = "scale_out" if spans else cluster.topology.value
+        entry = inp.calibration.collectives.get(op, {}).get(resource)
+        if entry is not None:
+            return LinkParams(entry.launch_s, entry.sync_s, entry.link_bytes_per_s)
+        rate = cluster.scale_out_bytes_per_s if spans else cluster.node_bytes_per_s
         if rate is None:
             _need(None, field, why, inp)
+        if c.network_latency_us is None:
+            warnings.append(
+                f"cluster {c.name} gives no network_latency_us and the calibration no "
+                f"{op}.{resource} entry: {why} are priced by bandwidth alone"
+            )
         return LinkParams(launch_s=0.0, sync_s=latency_s, link_bytes_per_s=float(rate))
 
-    slowdown = c.overlap_slowdown
     return (
         JobHardware(
             peak_flops_per_s=cluster.peak_flops_per_s(t.dtype.value),
@@ -100,10 +112,19 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
             hbm_bytes=float(hbm_bytes),
             hbm_bytes_per_s=float(hbm_per_s),
             data_parallel=link(
-                "data_parallel_gb_per_s", t.data_parallel > 1, "data-parallel collectives"
+                "data_parallel_gb_per_s",
+                "all_gather",
+                dp_spans,
+                t.data_parallel > 1,
+                "data-parallel collectives",
             ),
-            pipeline=link("pipeline_gb_per_s", t.pipeline_parallel > 1, "pipeline transfers"),
-            overlap_slowdown=slowdown if slowdown is not None else inp.calibration.overlap_slowdown,
+            pipeline=link(
+                "pipeline_gb_per_s",
+                "send_recv",
+                pp_spans,
+                t.pipeline_parallel > 1,
+                "pipeline transfers",
+            ),
         ),
         tuple(warnings),
     )
