@@ -17,6 +17,7 @@ from autotune.specs.job_search import AutoTrainingSpec, SearchConstraints
 from autotune.specs.model import ModelSpec
 
 AGREEMENT = 0.05  # relative step-time difference allowed
+CALIBRATION = "dgx-a100-nominal"  # both models read the same figures
 # The whole-step model prices SwiGLU's gate and up projections as two FC
 # layers that each all-gather their input (plan.layers lists them apart);
 # the closed form fuses them into one GEMM as Megatron-LM does, one gather
@@ -37,7 +38,7 @@ CONFIGS = {
             ffn_size=49152,
             **GPT,
         ),
-        "dgx-a100-selene-8n",
+        "a100-hgx-8n",
         dict(
             global_batch_sequences=64,
             sequence_length=2048,
@@ -61,7 +62,7 @@ CONFIGS = {
             ffn_size=81920,
             **GPT,
         ),
-        "dgx-a100-selene-35n",
+        "a100-hgx-35n",
         dict(
             global_batch_sequences=280,
             sequence_length=2048,
@@ -85,7 +86,7 @@ CONFIGS = {
             ffn_size=24576,
             **GPT,
         ),
-        "dgx-a100-selene-1n",
+        "a100-hgx-1n",
         dict(
             global_batch_sequences=4,
             sequence_length=2048,
@@ -139,13 +140,14 @@ def test_closed_form_agrees_with_the_whole_step_model(name, tmp_path):
         "sequence_parallel": True,
     }
     path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump({"model": model, "training": job_training, "cluster": cluster}))
+    doc = {"model": model, "training": job_training, "cluster": cluster, "calibration": CALIBRATION}
+    path.write_text(yaml.safe_dump(doc))
     inp = load_plan_input(str(path), None, None)
     whole = plan_job(inp, plan(inp), check_memory=False)
     assert whole.tensor_parallel == tp
 
     spec = ModelSpec(**model)
-    hw = load_job_hardware(cluster, "bf16")
+    hw = load_job_hardware(cluster, "bf16", CALIBRATION)
     auto = AutoTrainingSpec(
         tensor_mesh=[1, tp],
         data_parallel=dp,

@@ -34,9 +34,15 @@ def _runs(repo_root):
     return yaml.safe_load((repo_root / FIXTURES / "search_published.yaml").read_text())["runs"]
 
 
-def _published_step(run) -> tuple[float, object]:
+# The two bundled nominal A100 calibrations (calibration_data/): data-sheet
+# rates times stated efficiencies, and data-sheet links with the measured
+# matmul ceiling. Neither is fitted to these runs; both are reported.
+CALIBRATIONS = ("a100-nominal", "dgx-a100-nominal")
+
+
+def _published_step(run, calibration: str) -> tuple[float, object]:
     model = ModelSpec(**run["model"])
-    hw = load_job_hardware(run["cluster"], "bf16")
+    hw = load_job_hardware(run["cluster"], "bf16", calibration)
     train = AutoTrainingSpec(
         global_batch_sequences=run["global_batch_sequences"], **ERA, **run["configuration"]
     )
@@ -45,8 +51,8 @@ def _published_step(run) -> tuple[float, object]:
     return float(price(model, hw, train, c).step_s[0]), (model, hw)
 
 
-def _error(run) -> float:
-    predicted, _ = _published_step(run)
+def _error(run, calibration: str) -> float:
+    predicted, _ = _published_step(run, calibration)
     return predicted / run["measured_step_s"] - 1
 
 
@@ -55,7 +61,7 @@ def choices(request):
     repo_root = request.config.rootpath
     out = []
     for run in _runs(repo_root):
-        published, (model, hw) = _published_step(run)
+        published, (model, hw) = _published_step(run, "dgx-a100-nominal")
         train = AutoTrainingSpec(global_batch_sequences=run["global_batch_sequences"], **ERA)
         # A short balancer time limit keeps the test quick: a solve it cuts
         # leaves its candidate at the even split, which only makes the
@@ -78,14 +84,16 @@ def test_choice_at_least_as_fast_as_published(choices):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="with nominal A100 figures the model is 24% (GPT-3) and 35% (MT-NLG) faster than "
+    reason="with nominal A100 figures the model is 18-24% (GPT-3) and 29-35% (MT-NLG) faster than "
     "measured; both runs used 2021 software (README, docs/job-search.md)",
 )
 def test_published_configuration_within_tolerance(repo_root):
-    errors = {run["name"]: _error(run) for run in _runs(repo_root)}
+    errors = {
+        (run["name"], cal): _error(run, cal) for run in _runs(repo_root) for cal in CALIBRATIONS
+    }
     print()
-    for name, err in errors.items():
-        print(f"{name}: predicted vs measured {err:+.1%}")
+    for (name, cal), err in errors.items():
+        print(f"{name} ({cal}): predicted vs measured {err:+.1%}")
     assert all(abs(e) <= TOLERANCE for e in errors.values())
 
 
@@ -106,7 +114,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
             ffn_size=4 * hidden,
             vocab_size=51200,
         )
-        hw = load_job_hardware(f"dgx-a100-selene-{gpus // 8}n", "bf16")
+        hw = load_job_hardware(f"a100-hgx-{gpus // 8}n", "bf16", "dgx-a100-nominal")
         for mode, measured in (("full", full_s), ("selective", sel_s)):
             train = AutoTrainingSpec(
                 global_batch_sequences=batch,
