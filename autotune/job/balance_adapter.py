@@ -199,7 +199,7 @@ def balance_candidate(
     """Balance candidate `i` (pp > 1); None when no plan fits in memory.
     `mix` lets the balancer mix two recomputation modes per stage."""
     problem, extras = build_problem(model, hw, train, c, i, mix)
-    settings = SolverSettings(time_limit_s=time_limit_s, threads=1, random_seed=0)
+    settings = SolverSettings(time_limit_s=time_limit_s)
     with _solver_output_to_stderr():
         result = balance(problem, settings)
     plan = result.plan
