@@ -17,7 +17,7 @@ from autotune.specs.job_search import AutoTrainingSpec, SearchConstraints
 from autotune.specs.model import ModelSpec
 
 AGREEMENT = 0.05  # relative step-time difference allowed
-CALIBRATION = "dgx-a100-nominal"  # both models read the same figures
+CALIBRATION = "a100-nominal"  # both models read the same figures
 # The whole-step model prices SwiGLU's gate and up projections as two FC
 # layers that each all-gather their input (plan.layers lists them apart);
 # the closed form fuses them into one GEMM as Megatron-LM does, one gather

@@ -34,10 +34,9 @@ def _runs(repo_root):
     return yaml.safe_load((repo_root / FIXTURES / "search_published.yaml").read_text())["runs"]
 
 
-# The two bundled nominal A100 calibrations (calibration_data/): data-sheet
-# rates times stated efficiencies, and data-sheet links with the measured
-# matmul ceiling. Neither is fitted to these runs; both are reported.
-CALIBRATIONS = ("a100-nominal", "dgx-a100-nominal")
+# The bundled nominal A100 calibration (calibration_data/): data-sheet rates
+# times stated efficiencies, not fitted to these runs.
+CALIBRATION = "a100-nominal"
 
 
 def _published_step(run, calibration: str) -> tuple[float, object]:
@@ -61,7 +60,7 @@ def choices(request):
     repo_root = request.config.rootpath
     out = []
     for run in _runs(repo_root):
-        published, (model, hw) = _published_step(run, "dgx-a100-nominal")
+        published, (model, hw) = _published_step(run, CALIBRATION)
         train = AutoTrainingSpec(global_batch_sequences=run["global_batch_sequences"], **ERA)
         # A short balancer time limit keeps the test quick: a solve it cuts
         # leaves its candidate at the even split, which only makes the
@@ -88,12 +87,10 @@ def test_choice_at_least_as_fast_as_published(choices):
     "measured; both runs used 2021 software (README, docs/job-search.md)",
 )
 def test_published_configuration_within_tolerance(repo_root):
-    errors = {
-        (run["name"], cal): _error(run, cal) for run in _runs(repo_root) for cal in CALIBRATIONS
-    }
+    errors = {run["name"]: _error(run, CALIBRATION) for run in _runs(repo_root)}
     print()
-    for (name, cal), err in errors.items():
-        print(f"{name} ({cal}): predicted vs measured {err:+.1%}")
+    for name, err in errors.items():
+        print(f"{name} ({CALIBRATION}): predicted vs measured {err:+.1%}")
     assert all(abs(e) <= TOLERANCE for e in errors.values())
 
 
@@ -114,7 +111,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
             ffn_size=4 * hidden,
             vocab_size=51200,
         )
-        hw = load_job_hardware(f"a100-hgx-{gpus // 8}n", "bf16", "dgx-a100-nominal")
+        hw = load_job_hardware(f"a100-hgx-{gpus // 8}n", "bf16", CALIBRATION)
         for mode, measured in (("full", full_s), ("selective", sel_s)):
             train = AutoTrainingSpec(
                 global_batch_sequences=batch,
