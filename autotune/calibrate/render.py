@@ -81,6 +81,8 @@ def render_calibration(
             "resource calibrated: " + ", ".join(RESOURCE_NAMES.get(r, r) for r in resources),
             highlight=False,
         )
+    for note in result.resource_notes:
+        console.print(f"  written as collectives.{note}", highlight=False)
     if result.comm_fits:
         table = Table(
             box=box.SIMPLE,
