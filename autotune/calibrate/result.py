@@ -82,6 +82,9 @@ def _cross_validation(fit: CommFit) -> CrossValidation | None:
         ),
         extrapolation_median_rel_error=e_med,
         extrapolation_worst_rel_error=e_max,
+        message_cut_bytes=cv.message_cut_bytes if cv.message_errors else None,
+        message_cut_median_rel_error=cv.message_extrapolation[0],
+        message_cut_worst_rel_error=cv.message_extrapolation[2],
         note=cv.note,
     )
 
@@ -177,7 +180,12 @@ def _expected_error(
     comm_fits: Sequence[CommFit], compute_fit: ComputeFit | None
 ) -> ExpectedError | None:
     errors = [e for f in comm_fits if f.usable and f.cv for e in f.cv.interpolation_errors]
-    extrap = [e for f in comm_fits if f.usable and f.cv for e in f.cv.extrapolation_errors]
+    extrap = [
+        e
+        for f in comm_fits
+        if f.usable and f.cv
+        for e in (*f.cv.extrapolation_errors, *f.cv.message_errors)
+    ]
     compute_errors = list(compute_fit.cv_errors) if compute_fit is not None else []
     if not errors and not compute_errors:
         return None
@@ -188,7 +196,8 @@ def _expected_error(
         compute_median_rel_error=float(np.median(compute_errors)) if compute_errors else None,
         compute_worst_rel_error=float(np.max(compute_errors)) if compute_errors else None,
         basis="collectives: each inner size left out in turn (median), worst also over the "
-        "fit-small/predict-large split; compute: each GEMM shape left out in turn",
+        "fit-small/predict-large splits (piece and message); compute: each GEMM shape "
+        "left out in turn",
     )
 
 
