@@ -96,3 +96,32 @@ def test_plan_cli_shows_the_fallback_warning(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "mesh axes on scale_out use cluster a100-hgx-8n's calibration a100-nominal" in text
+
+
+def test_llama_h100_example_with_a_single_node_h100_log(tmp_path: Path) -> None:
+    """The 8 x H100 one-host all-gather log of the parser fixtures, no flags:
+    all_gather.switched; the 32-node Llama example prices its in-node axis
+    with it and its cross-node axis with h100-nominal's scale_out."""
+    out = tmp_path / "h100.json"
+    log = Path(__file__).parent / "fixtures" / "nccl" / "all_gather_8gpu_v2.18.txt"
+    result = CliRunner().invoke(main, ["calibrate", str(log), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    cal = json.loads(out.read_text())
+    assert set(cal["collectives"]["all_gather"]) == {"switched"}
+    assert cal["chip"] == "h100-sxm"
+    inp = load_plan_input(EXAMPLES / "llama3-70b-h100.yaml", calibration_override=str(out))
+    nominal, _ = load_calibration("h100-nominal")
+    warnings = " ".join(" ".join(check_calibration(inp)).split())
+    assert "has no scale_out links" in warnings and "h100-nominal" in warnings
+    assert "has no switched links (reduce_scatter)" in warnings
+    ctx = search_context(inp).for_mesh(MeshShape(32, 8))
+    assert ctx.placement.col.kind.value == "switched"
+    assert ctx.placement.row.kind.value == "scale_out"
+    measured = cal["collectives"]["all_gather"]["switched"]["link_bytes_per_s"]
+    assert ctx.comm.link(CollectiveOp.ALL_GATHER, Axis.COL).link_bytes_per_s == pytest.approx(
+        measured
+    )
+    nominal_rail = nominal.collectives["all_gather"]["scale_out"].link_bytes_per_s
+    row = ctx.comm.link(CollectiveOp.ALL_GATHER, Axis.ROW).link_bytes_per_s
+    assert row == pytest.approx(nominal_rail)
+    assert row < measured
