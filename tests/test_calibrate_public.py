@@ -47,16 +47,24 @@ def fits():
 
 
 def test_cross_validated_errors_on_public_logs(fits):
-    print("\nlog" + " " * 37 + "model       interp med/p90/worst   extrap med/worst")
+    print(
+        "\nlog" + " " * 37 + "model       interp med/p90/worst   "
+        "piece cut med/worst   message cut med/worst"
+    )
     for name, fit in fits.items():
         i_med, i_p90, i_max = fit.cv.interpolation
         e_med, _, e_max = fit.cv.extrapolation
+        m_med, _, m_max = fit.cv.message_extrapolation
         print(
             f"{name:40s}{len(fit.regimes)} regimes   {i_med:6.1%} {i_p90:6.1%} {i_max:6.0%}"
-            f"      {e_med:6.1%} {e_max:6.1%}"
+            f"      {e_med:6.1%} {e_max:6.1%}        {m_med:6.1%} {m_max:6.1%}"
         )
     for name, fit in fits.items():
         assert fit.cv.extrapolation_cut_bytes == 32 * 2**20, name
+        # the message-size cut is measured and reported on every log; it does not
+        # meet the 10% target (docs/calibrate.md "Accuracy"), so it is not asserted
+        assert fit.cv.message_cut_bytes == 32 * 2**20, name
+        assert len(fit.cv.message_errors) > 0, name
         assert fit.cv.interpolation[0] <= INTERPOLATION_MEDIAN_MAX, name
         assert fit.cv.extrapolation[0] <= EXTRAPOLATION_MEDIAN_MAX, name
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.calibrate.run import read_input
-from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.calibration import CalibrationSpec, LinkSpec
 from cost_models import Axis, ring_collective_s
 
 
@@ -69,21 +69,44 @@ def _mib(value: float) -> str:
     return f"{value / 2**20:.4g} MiB" if value >= 2**20 else f"{value:.4g} B"
 
 
+def _entry(
+    calibration: CalibrationSpec, resource: str | None, op: str, axis: str
+) -> tuple[LinkSpec | None, str, str]:
+    """The entry that prices a log's rows: the mesh axis's, else the one of
+    the resource the log measured (the key `meshtune calibrate` writes for
+    it, coverage.resource_key); returns (entry, key, "ring" when the entry
+    holds one of the ring's P - 1 direct links, else "one")."""
+    from autotune.calibrate.coverage import INTRA_NODE_KIND
+    from autotune.hardware.chips import load_chip
+
+    entries = calibration.collectives.get(op, {})
+    if axis in entries:
+        return entries[axis], axis, "one"
+    key = None
+    if resource == "scale_out":
+        key = "scale_out"
+    elif resource == "intra_node" and calibration.chip is not None:
+        key = INTRA_NODE_KIND.get(load_chip(calibration.chip).vendor)
+    if key is None or key not in entries:
+        return None, key or axis, "one"
+    return entries[key], key, "ring" if key == "fully_connected" else "one"
+
+
 def check(
     calibration: CalibrationSpec, name: str, paths: Sequence[str], axes: tuple[Axis, ...]
 ) -> CheckResult:
     """Predict every measurement in `paths` (nccl-tests logs, benchmark
     CSVs) with `calibration`."""
-    from autotune.hardware.calibration import DTYPE_BYTES, comm_model, compute_model
+    from autotune.hardware.calibration import DTYPE_BYTES, compute_model, link_params
 
-    comm = comm_model(calibration)
     compute = compute_model(calibration) if calibration.compute is not None else None
     rows: list[CheckRow] = []
     for path in paths:
         parsed = read_input(path, axes)
         for s in parsed.collectives:
-            what = f"{s.op.value}.{s.axis.value} P={s.ring_size} shard {_mib(s.shard_bytes)}"
-            if not comm.has(s.op, s.axis):
+            link, key, links = _entry(calibration, parsed.resource, s.op.value, s.axis.value)
+            what = f"{s.op.value}.{key} P={s.ring_size} shard {_mib(s.shard_bytes)}"
+            if link is None:
                 rows.append(
                     CheckRow(
                         s.file,
@@ -94,14 +117,14 @@ def check(
                         None,
                         None,
                         False,
-                        f"the calibration has no {s.op.value}.{s.axis.value}",
+                        f"the calibration has no {s.op.value}.{key}",
                     )
                 )
                 continue
-            link = calibration.collectives[s.op.value][s.axis.value]
             largest = link.fit.shard_bytes_max if link.fit is not None else None
+            scale = float(s.ring_size - 1) if links == "ring" else 1.0
             predicted = float(
-                ring_collective_s(comm.link(s.op, s.axis), s.ring_size, s.shard_bytes)
+                ring_collective_s(link_params(link, scale), s.ring_size, s.shard_bytes)
             )
             rows.append(
                 CheckRow(

@@ -123,3 +123,40 @@ def preset_compute_rate(chip: ChipSpec, dtype: str = "bf16") -> float:
             field="compute",
             fix="add gemm rows (meshtune bench) or pass --chip with a preset listing bf16",
         ) from None
+
+
+#: the intra-node resource of a chip vendor's nodes (hardware.md section 1):
+#: NVIDIA boards (HGX, NVL72) put every GPU on NVSwitch; an AMD MI300X
+#: board links each GPU directly to the seven others (xGMI)
+INTRA_NODE_KIND = {"NVIDIA": "switched", "AMD": "fully_connected"}
+
+
+def resource_key(
+    resource: str | None, chip: ChipSpec | None, ring_sizes: Sequence[int]
+) -> tuple[str | None, float, str]:
+    """The calibration key a log's fit is written under, the number of unit
+    links its fitted bandwidth spans (the key holds one unit link), and why.
+
+    A multi-host log measured the scale-out NICs (key `scale_out`, one NIC
+    per chip). A single-host log measured the chip's node: `switched` (the
+    per-chip egress into NVSwitch, one unit) or `fully_connected` (a ring of
+    P chips on an xGMI board drives its P - 1 direct links at once, so one
+    link carries 1/(P - 1) of the fitted rate; placement gives an axis of k
+    chips k - 1 links back). Unknown chip or hosts: no key (None), the fit
+    stays on the mesh axes."""
+    if resource == "scale_out":
+        return "scale_out", 1.0, "several hosts: the scale-out NICs (per chip)"
+    if resource != "intra_node":
+        return None, 1.0, "hosts not stated: written per mesh axis (row, col)"
+    kind = INTRA_NODE_KIND.get(chip.vendor) if chip is not None else None
+    if kind is None:
+        what = "chip unknown" if chip is None else f"no node kind known for {chip.vendor}"
+        return None, 1.0, f"one host, {what}: written per mesh axis (row, col)"
+    if kind == "switched":
+        return kind, 1.0, f"one host of {chip.name}: NVSwitch (per-chip egress)"
+    links = max(ring_sizes) - 1
+    return (
+        kind,
+        float(links),
+        (f"one host of {chip.name}: direct links (fitted rate / {links} links = one link)"),
+    )

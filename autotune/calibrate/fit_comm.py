@@ -271,6 +271,26 @@ def _linear_fitter(samples: Sequence[CollectiveSample]):
     return fit
 
 
+def message_bytes(samples: Sequence[CollectiveSample]) -> np.ndarray:
+    """The message size of each sample as nccl-tests prints it (`size`):
+    P pieces for all-gather, reduce-scatter and all-to-all, P/2 pieces for
+    all-reduce (its piece is 2*size/P, autotune.calibrate.nccl_tests), the
+    piece itself for send-recv and the rest."""
+    per_op = {
+        CollectiveOp.ALL_GATHER: 1.0,
+        CollectiveOp.REDUCE_SCATTER: 1.0,
+        CollectiveOp.ALL_TO_ALL: 1.0,
+        CollectiveOp.ALL_REDUCE: 0.5,
+    }
+    return np.array(
+        [
+            s.shard_bytes * s.ring_size * per_op[s.op] if s.op in per_op else s.shard_bytes
+            for s in samples
+        ],
+        dtype=float,
+    )
+
+
 def _outliers(rel: np.ndarray) -> np.ndarray:
     """Inlier mask: within max(OUTLIER_SIGMAS robust sigmas, OUTLIER_MIN_REL)."""
     sigma = 1.4826 * float(np.median(np.abs(rel - np.median(rel)))) + 1e-12
@@ -296,7 +316,13 @@ def fit_collective(
         if model == "regimes" and count < 2:
             count, held_out = 2, None
     if count == 1:
-        cv = cross_validate_fit(ring, shard, t, _linear_fitter(samples)) if cross_validate else None
+        cv = (
+            cross_validate_fit(
+                ring, shard, t, _linear_fitter(samples), message=message_bytes(samples)
+            )
+            if cross_validate
+            else None
+        )
         return replace(linear, cv=cv)
     found = regimes_mod.fit_regimes(ring, shard, t, count)
     assert found is not None  # count <= feasible: choose_regime_count only returns those
@@ -313,7 +339,13 @@ def fit_collective(
     )
     if any(math.isinf(r[3]) for r in regimes):
         # a regime whose transfer term fitted to zero has no bandwidth: keep the line
-        cv = cross_validate_fit(ring, shard, t, _linear_fitter(samples)) if cross_validate else None
+        cv = (
+            cross_validate_fit(
+                ring, shard, t, _linear_fitter(samples), message=message_bytes(samples)
+            )
+            if cross_validate
+            else None
+        )
         return replace(linear, cv=cv)
     one_ring = len(linear.ring_sizes) == 1
     note = (
@@ -326,7 +358,12 @@ def fit_collective(
     top = regimes[-1]
     cv = (
         cross_validate_fit(
-            ring, shard, t, regimes_mod.regime_fitter(ring, shard, t, count), held_out
+            ring,
+            shard,
+            t,
+            regimes_mod.regime_fitter(ring, shard, t, count),
+            held_out,
+            message=message_bytes(samples),
         )
         if cross_validate
         else None

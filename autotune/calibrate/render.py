@@ -81,6 +81,8 @@ def render_calibration(
             "resource calibrated: " + ", ".join(RESOURCE_NAMES.get(r, r) for r in resources),
             highlight=False,
         )
+    for note in result.resource_notes:
+        console.print(f"  written as collectives.{note}", highlight=False)
     if result.comm_fits:
         table = Table(
             box=box.SIMPLE,
@@ -99,6 +101,7 @@ def render_calibration(
             "max err",
             "cv interp",
             "cv extrap",
+            "cv msg",
             "out",
         ):
             table.add_column(column, justify="left" if column in ("op.axis", "model") else "right")
@@ -121,12 +124,14 @@ def render_calibration(
                 f"{f.max_rel_error:.1%}",
                 _cv(f.cv.interpolation if f.cv else None),
                 _cv(f.cv.extrapolation if f.cv else None),
+                _cv(f.cv.message_extrapolation if f.cv else None),
                 str(f.num_outliers),
             )
         console.print(table)
         console.print(
             "cv interp: median / worst error on each inner size left out; cv extrap: fitted "
-            "on pieces up to the cut (32 MiB), median / worst on the larger ones; "
+            "on pieces up to the cut (32 MiB), median / worst on the larger ones; cv msg: "
+            "the same with the cut on the message (the nccl-tests size column); "
             "max err includes every point; the last regime's values are shown.",
             highlight=False,
         )

@@ -23,6 +23,7 @@ from autotune.calibrate.fit_overlap import OverlapFit
 from autotune.calibrate.samples import ParsedFile
 from autotune.errors import InputError
 from autotune.specs.calibration import (
+    AXIS_KEYS,
     CALIBRATION_SCHEMA,
     CalibrationSpec,
     CollectiveFit,
@@ -62,6 +63,8 @@ class CalibrationResult:
     warnings: tuple[str, ...]
     chip_reason: str = ""  # how the chip was found, or why it was not
     overlap_fit: OverlapFit | None = None
+    #: "op.key: what the key means" for every collective entry written
+    resource_notes: tuple[str, ...] = ()
 
 
 def _cross_validation(fit: CommFit) -> CrossValidation | None:
@@ -79,11 +82,16 @@ def _cross_validation(fit: CommFit) -> CrossValidation | None:
         ),
         extrapolation_median_rel_error=e_med,
         extrapolation_worst_rel_error=e_max,
+        message_cut_bytes=cv.message_cut_bytes if cv.message_errors else None,
+        message_cut_median_rel_error=cv.message_extrapolation[0],
+        message_cut_worst_rel_error=cv.message_extrapolation[2],
         note=cv.note,
     )
 
 
-def _link_spec(fit: CommFit) -> LinkSpec:
+def _link_spec(fit: CommFit, unit_links: float = 1.0) -> LinkSpec:
+    """The fit as a calibration entry; `unit_links` divides every bandwidth
+    (a resource key holds one unit link, see coverage.resource_key)."""
     assert fit.link_bytes_per_s is not None
     regimes = None
     if fit.regimes:
@@ -92,14 +100,14 @@ def _link_spec(fit: CommFit) -> LinkSpec:
                 max_shard_bytes=None if math.isinf(bound) else bound,
                 launch_s=launch,
                 sync_s=sync,
-                link_bytes_per_s=bw,
+                link_bytes_per_s=bw / unit_links,
             )
             for bound, launch, sync, bw in fit.regimes
         ]
     return LinkSpec(
         launch_s=fit.launch_s,
         sync_s=fit.sync_s,
-        link_bytes_per_s=fit.link_bytes_per_s,
+        link_bytes_per_s=fit.link_bytes_per_s / unit_links,
         regimes=regimes,
         fit=CollectiveFit(
             num_points=fit.num_points,
@@ -109,7 +117,11 @@ def _link_spec(fit: CommFit) -> LinkSpec:
             max_rel_error=fit.max_rel_error,
             launch_s_stderr=fit.launch_s_stderr,
             sync_s_stderr=fit.sync_s_stderr,
-            link_bytes_per_s_stderr=fit.link_bytes_per_s_stderr,
+            link_bytes_per_s_stderr=(
+                None
+                if fit.link_bytes_per_s_stderr is None
+                else fit.link_bytes_per_s_stderr / unit_links
+            ),
             identifiable=list(fit.identifiable),
             note=fit.note,
             num_outliers=fit.num_outliers,
@@ -168,7 +180,12 @@ def _expected_error(
     comm_fits: Sequence[CommFit], compute_fit: ComputeFit | None
 ) -> ExpectedError | None:
     errors = [e for f in comm_fits if f.usable and f.cv for e in f.cv.interpolation_errors]
-    extrap = [e for f in comm_fits if f.usable and f.cv for e in f.cv.extrapolation_errors]
+    extrap = [
+        e
+        for f in comm_fits
+        if f.usable and f.cv
+        for e in (*f.cv.extrapolation_errors, *f.cv.message_errors)
+    ]
     compute_errors = list(compute_fit.cv_errors) if compute_fit is not None else []
     if not errors and not compute_errors:
         return None
@@ -179,7 +196,8 @@ def _expected_error(
         compute_median_rel_error=float(np.median(compute_errors)) if compute_errors else None,
         compute_worst_rel_error=float(np.max(compute_errors)) if compute_errors else None,
         basis="collectives: each inner size left out in turn (median), worst also over the "
-        "fit-small/predict-large split; compute: each GEMM shape left out in turn",
+        "fit-small/predict-large splits (piece and message); compute: each GEMM shape "
+        "left out in turn",
     )
 
 
@@ -195,21 +213,38 @@ def build_result(
     chip_reason: str = "",
     axes: Sequence[str] = ("row", "col"),
     overlap_fit: OverlapFit | None = None,
+    by_axis: bool = False,
 ) -> CalibrationResult:
-    """Assemble the calibration: fitted entries, then what can be derived
+    """Assemble the calibration: fitted entries (keyed by the resource the
+    log measured, or by mesh axis when `by_axis`), then what can be derived
     from them, then (only for what is still missing) the base calibration's
     entries, then the chip preset's compute rate; every entry not fitted is
     listed and warned about."""
-    from autotune.calibrate.coverage import derive_links, preset_compute_rate
+    from autotune.calibrate.coverage import derive_links, preset_compute_rate, resource_key
 
     warnings: list[str] = []
     collectives: dict[str, dict[str, LinkSpec]] = {}
+    resource_notes: list[str] = []
     for fit in comm_fits:
-        pair = f"{fit.op.value}.{fit.axis.value}"
+        key, unit_links, why = resource_key(fit.resource, chip, fit.ring_sizes)
+        if by_axis and key is not None:
+            # the user named the mesh axis: keep the entry as that axis measured it
+            why = f"keyed by mesh axis (--axis); the log measured {why.split(': ')[0]}"
+            key, unit_links = None, 1.0
+            warnings.append(
+                f"{fit.op.value}.{fit.axis.value}: keyed by mesh axis, so it prices the "
+                f"{fit.axis.value} axis as measured whatever resource that axis lands on; "
+                "omit --axis to key it by resource"
+            )
+        key = key or fit.axis.value
+        pair = f"{fit.op.value}.{key}"
         if not fit.usable:
             warnings.append(f"{pair}: not written: {fit.note}")
             continue
-        collectives.setdefault(fit.op.value, {})[fit.axis.value] = _link_spec(fit)
+        if key in collectives.get(fit.op.value, {}):
+            continue  # both mesh axes were fed the same log: one resource entry
+        collectives.setdefault(fit.op.value, {})[key] = _link_spec(fit, unit_links)
+        resource_notes.append(f"{pair}: {why}")
         if fit.rms_rel_error > POOR_FIT_RMS:
             warnings.append(f"{pair}: poor fit, RMS relative error {fit.rms_rel_error:.0%}")
         if fit.note:
@@ -219,7 +254,9 @@ def build_result(
                 f"{pair}: pools single-host and multi-host logs (intra-node and scale-out "
                 "links); calibrate them separately, one per --axis"
             )
-    derived, derive_warnings = derive_links(collectives, axes)
+    resource_keys = sorted({k for e in collectives.values() for k in e} - set(AXIS_KEYS))
+    keys = [*axes, *(k for k in resource_keys if k not in axes)]
+    derived, derive_warnings = derive_links(collectives, keys)
     warnings.extend(derive_warnings)
     kept: list[str] = []
     if base is not None:
@@ -272,8 +309,29 @@ def build_result(
         )
     for entry in kept:
         warnings.append(f"{entry}: taken unchanged from --base {base_ref}, not measured")
-    missing = [f"{op}.{axis}" for op, axis in PLANNER_PAIRS if axis not in collectives.get(op, {})]
-    if missing:
+    if resource_keys:
+        ops = sorted({op for op, _ in PLANNER_PAIRS})
+        missing = [
+            f"{op}.{key}"
+            for op in ops
+            for key in resource_keys
+            if key not in collectives.get(op, {})
+        ]
+        warnings.append(
+            f"calibrates the {', '.join(resource_keys)} resource only: meshtune plan prices "
+            "mesh axes on other resources (e.g. across nodes) with the cluster's nominal "
+            "calibration and warns"
+        )
+    else:
+        missing = [
+            f"{op}.{axis}" for op, axis in PLANNER_PAIRS if axis not in collectives.get(op, {})
+        ]
+    if missing and resource_keys:
+        warnings.append(
+            f"not measured: {', '.join(missing)}; meshtune plan takes them from the "
+            "cluster's calibration (nominal figures) and warns: measure them or pass --base CAL"
+        )
+    elif missing:
         warnings.append(
             f"the planner will stop with an error if it needs {', '.join(missing)}: "
             "measure them or pass --base CAL"
@@ -333,6 +391,7 @@ def build_result(
         warnings=tuple(warnings),
         chip_reason=chip_reason,
         overlap_fit=overlap_fit,
+        resource_notes=tuple(resource_notes),
     )
 
 

@@ -66,13 +66,17 @@ def calibrate(
     base_ref: str | None = None,
     chip_ref: str | None = None,
     model: str = "auto",
+    by_axis: bool = False,
 ) -> CalibrationResult:
     """Fit a calibration from `paths`; nccl-tests rows are assigned to the
     mesh axes `axes`; the chip comes from `chip_ref` or the logs' device
     lines and bounds the GEMM curve (and supplies compute without GEMM
     rows); `base_ref` (a preset or file) supplies, with a warning, entries
     nothing else covers; `model` is auto, regimes or linear for the
-    collectives. Raises InputError on bad input before anything is fitted."""
+    collectives. nccl-tests fits are keyed by the resource the log
+    measured (switched, fully_connected, scale_out) when chip and hosts
+    tell it, or by mesh axis when `by_axis`. Raises InputError on bad input
+    before anything is fitted."""
     from autotune.calibrate.coverage import detect_chip
     from autotune.calibrate.fit_comm import fit_all
     from autotune.calibrate.fit_compute import choose_dtype, fit_gemm
@@ -105,6 +109,7 @@ def calibrate(
         chip=chip,
         chip_reason=chip_reason,
         axes=tuple(a.value for a in axes),
+        by_axis=by_axis,
     )
     if chip_warnings or chip is None:
         extra = list(chip_warnings)

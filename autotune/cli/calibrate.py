@@ -34,7 +34,9 @@ from autotune.errors import InputError
     type=click.Choice(["row", "col", "both"]),
     default="both",
     show_default=True,
-    help="Mesh axis the rings of nccl-tests logs stand for.",
+    help="Mesh axis the rings of nccl-tests logs stand for. row or col keys the entries by "
+    "that mesh axis (applied to it whatever resource it lands on); by default they are keyed "
+    "by the resource the log measured (switched, fully_connected, scale_out) when known.",
 )
 @click.option(
     "--chip",
@@ -132,6 +134,7 @@ def calibrate(
         base_ref=base,
         chip_ref=chip,
         model=collective_model,
+        by_axis=axis != "both",
     )
     text = to_json(result)
     atomic_write_text(out, text)

@@ -48,29 +48,64 @@ def comm_model(calibration: CalibrationSpec) -> CommModel:
     return CommModel(params)
 
 
-def comm_model_for(calibration: CalibrationSpec, placement: MeshPlacement) -> CommModel:
+def comm_model_for(
+    calibration: CalibrationSpec,
+    placement: MeshPlacement,
+    fallback: CalibrationSpec | None = None,
+) -> CommModel:
     """The links of both mesh axes of a placed mesh, and their resources.
 
     An axis uses the calibration's entry for its resource kind (torus,
     switched, fully_connected, scale_out) with the per-unit-link bandwidth
     scaled by the axis's `link_multiplier`; without one, the entry for the
-    mesh axis itself (row, col) as calibrated. Axes whose placements name
-    the same resource share it (cost_models.concurrency)."""
+    mesh axis itself (row, col) as calibrated; without either, the
+    `fallback` calibration's entry for the resource kind (the cluster's
+    nominal figures; the plan warns, see `fallback_kinds`). Axes whose
+    placements name the same resource share it (cost_models.concurrency)."""
     params = {}
-    for op_name, entries in calibration.collectives.items():
+    ops = {*calibration.collectives, *(fallback.collectives if fallback else {})}
+    for op_name in ops:
+        entries = calibration.collectives.get(op_name, {})
+        spare = fallback.collectives.get(op_name, {}) if fallback is not None else {}
         op = CollectiveOp(op_name)
         for axis in Axis:
             p = placement.axis(axis)
-            link = entries.get(p.kind.value) if p.kind is not ResourceKind.CALIBRATED_AXIS else None
-            if link is not None:
-                params[(op, axis)] = link_params(link, p.link_multiplier)
+            kind = p.kind.value if p.kind is not ResourceKind.CALIBRATED_AXIS else None
+            if kind in entries:
+                params[(op, axis)] = link_params(entries[kind], p.link_multiplier)
             elif axis.value in entries:
                 params[(op, axis)] = link_params(entries[axis.value])
             elif p.size == 1 and entries:
                 # a one-chip axis moves nothing; any entry keeps the formulas total
                 params[(op, axis)] = link_params(next(iter(entries.values())))
+            elif kind in spare:
+                params[(op, axis)] = link_params(spare[kind], p.link_multiplier)
     resources = {axis: placement.axis(axis).resource for axis in Axis}
     return CommModel(params, resources)
+
+
+def fallback_kinds(
+    calibration: CalibrationSpec, cluster: Cluster, fallback: CalibrationSpec | None
+) -> dict[str, list[str]]:
+    """Resource kinds of `cluster` a mesh axis can land on that
+    `calibration` has no entry for (neither the kind nor a row/col key) and
+    `fallback` has: kind -> the operations taken from `fallback`."""
+    if fallback is None:
+        return {}
+    kinds = []
+    if cluster.topology.value == "torus":
+        kinds.append("torus")
+    else:
+        kinds.append(cluster.topology.value)
+        if cluster.num_nodes > 1:
+            kinds.append("scale_out")
+    taken: dict[str, list[str]] = {}
+    for kind in kinds:
+        for op_name, spare in fallback.collectives.items():
+            entries = calibration.collectives.get(op_name, {})
+            if kind in spare and kind not in entries and not set(entries) & {"row", "col"}:
+                taken.setdefault(kind, []).append(op_name)
+    return taken
 
 
 def check_links_within_nominal(

@@ -11,6 +11,7 @@ from autotune.hardware.calibration import (
     comm_model,
     comm_model_for,
     compute_model_for,
+    fallback_kinds,
 )
 from autotune.hardware.cluster import Cluster
 from autotune.hardware.placement import MeshPlacement, place_mesh
@@ -37,13 +38,15 @@ class SearchContext:
     calibration: CalibrationSpec
     calibration_ref: str | None = None
     placement: MeshPlacement | None = None
+    #: the cluster's own (nominal) calibration: links the calibration lacks
+    fallback_calibration: CalibrationSpec | None = None
 
     def for_mesh(self, mesh: MeshShape) -> SearchContext:
         """The context with the links and resources of `mesh` placed on
         the cluster; InputError when the calibration cannot price MeshSlice
         (all-gather and reduce-scatter) on an axis of more than one chip."""
         placement = place_mesh(self.cluster, mesh)
-        comm = comm_model_for(self.calibration, placement)
+        comm = comm_model_for(self.calibration, placement, self.fallback_calibration)
         for op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
             for axis in Axis:
                 p = placement.axis(axis)
@@ -63,6 +66,22 @@ class SearchContext:
 def plan_cluster(inp: PlanInput) -> Cluster:
     """The plan's cluster resolved with its chip."""
     return Cluster(inp.cluster, inp.chip)
+
+
+def cluster_calibration(inp: PlanInput) -> tuple[CalibrationSpec | None, str]:
+    """The cluster's own calibration (its `calibration:` key) when the plan
+    uses another one, to price the resources that one lacks; None when it
+    is the same, or cannot be loaded (the plan then stops on a missing
+    link, naming it)."""
+    from autotune.loading import load_calibration
+
+    ref = inp.cluster.calibration
+    if ref == inp.calibration_ref or ref == inp.calibration.name:
+        return None, ref
+    try:
+        return load_calibration(ref)[0], ref
+    except InputError:
+        return None, ref
 
 
 def search_context(inp: PlanInput) -> SearchContext:
@@ -90,6 +109,7 @@ def search_context(inp: PlanInput) -> SearchContext:
         cluster=cluster,
         calibration=inp.calibration,
         calibration_ref=inp.calibration_ref,
+        fallback_calibration=cluster_calibration(inp)[0],
     )
 
 
@@ -107,6 +127,14 @@ def check_calibration(inp: PlanInput) -> tuple[str, ...]:
         warnings.append(
             f"calibration {inp.calibration.name} has no send_recv parameters on both axes: "
             "dataflow choices that need a transpose are not considered"
+        )
+    fallback, fallback_ref = cluster_calibration(inp)
+    for kind, ops in fallback_kinds(inp.calibration, plan_cluster(inp), fallback).items():
+        warnings.append(
+            f"calibration {inp.calibration.name} has no {kind} links ({', '.join(ops)}): "
+            f"mesh axes on {kind} use cluster {inp.cluster.name}'s calibration {fallback_ref} "
+            f"({fallback.figures.value if fallback and fallback.figures else 'its'} figures) "
+            f"for them; calibrate {kind} (nccl-tests on that resource) to measure it"
         )
     if inp.calibration.figures is FigureKind.NOMINAL:
         warnings.append(

@@ -41,6 +41,18 @@ class CrossValidation(Spec):
     extrapolation_worst_rel_error: float | None = Field(
         default=None, ge=0, description="Worst error on the pieces above the cut."
     )
+    message_cut_bytes: float | None = Field(
+        default=None,
+        gt=0,
+        description="The same split with the cut on the message (the nccl-tests size "
+        "column): fitted on messages up to this size, predicted the larger.",
+    )
+    message_cut_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median error on the messages above that cut."
+    )
+    message_cut_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst error on the messages above that cut."
+    )
     note: str | None = Field(
         default=None, description="What could not be cross-validated, and why."
     )
