@@ -82,3 +82,20 @@ def test_plan_missing_a_training_or_job_key_exits_2(
     assert result.exit_code == 2, result.output
     (line,) = result.output.strip().splitlines()
     assert f"plan.json: job.{key}: is required" in line, line
+
+
+def test_megatron_without_sequence_parallelism(plans: dict[str, Path], tmp_path: Path) -> None:
+    """A megatron-1d plan with sequence_parallel false: no --sequence-parallel,
+    no userbuffers overlap (it needs sequence parallelism), one note saying so."""
+    doc = json.loads(plans["megatron-gpt-175b-a100"].read_text())
+    assert doc["inputs"]["training"]["fc_algorithm"] == "megatron-1d"
+    doc["inputs"]["training"]["sequence_parallel"] = False
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    result = _run("export", str(plan), "--to", "megatron", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["megatron_args.sh"]
+    text = (tmp_path / "o" / "megatron_args.sh").read_text()
+    assert "--sequence-parallel" not in text and "--tp-comm-overlap" not in text.split("(")[-1]
+    assert "--recompute-granularity selective" in text
+    assert "not expressed: --tp-comm-overlap:" in text

@@ -91,7 +91,12 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         args.append((f"--{t.dtype.value}", None))
     elif t.dtype.value == "fp8":
         notes.drop("dtype fp8: choose Transformer Engine's FP8 recipe flags yourself")
-    if tp > 1:
+    if tp > 1 and not view.sequence_parallel:
+        notes.drop(
+            "--tp-comm-overlap: Transformer Engine's userbuffers overlap needs sequence "
+            "parallelism, which the plan turns off; no overlap configuration written"
+        )
+    elif tp > 1:
         args += [
             ("--sequence-parallel", None),
             ("--tp-comm-overlap", None),
@@ -223,7 +228,8 @@ def export_megatron(view: PlanView) -> Export:
     needs_1d(view, "megatron", "Megatron-LM")
     notes = Notes()
     args = _args(view, notes)
-    cfg = _overlap(view, notes) if view.tensor_parallel > 1 else {}
+    overlap = view.tensor_parallel > 1 and view.sequence_parallel
+    cfg = _overlap(view, notes) if overlap else {}
     head = commented(header_lines(view, "megatron", KEYS_FROM, notes))
     body = "MEGATRON_ARGS=(\n"
     for flag, value in args:

@@ -82,7 +82,7 @@ def export_mindformers(view: PlanView) -> Export:
     parallel: dict[str, object] = {"data_parallel": t.data_parallel}
     if view.is_1d:
         parallel["model_parallel"] = view.tensor_parallel
-        parallel["use_seq_parallel"] = view.tensor_parallel > 1
+        parallel["use_seq_parallel"] = view.tensor_parallel > 1 and view.sequence_parallel
     else:
         notes.drop(
             f"model_parallel: the plan's {view.num_rows} x {view.num_cols} 2D tensor "

@@ -83,6 +83,12 @@ class PlanView:
         """ZeRO stage 0-3 over the data-parallel replicas."""
         return self.training.zero_stage
 
+    @property
+    def sequence_parallel(self) -> bool:
+        """Activations outside the FC layers split over the tensor-parallel chips:
+        always under meshslice, the plan's choice under megatron-1d."""
+        return self.training.fc_algorithm.value == "meshslice" or self.training.sequence_parallel
+
     def layers_per_chunk(self) -> int | None:
         """Blocks in one model chunk (stages x interleave), None when uneven."""
         chunks = self.training.pipeline_parallel * self.interleave
