@@ -158,7 +158,7 @@ def test_megatron_flags_in_arguments_py() -> None:
     assert seen["--pipeline-model-parallel-size"] == str(training["pipeline_parallel"])
     # Megatron: global = micro * dp * micro-batches
     micro = int(seen["--micro-batch-size"])
-    assert micro * training["data_parallel"] * training["micro_batches"] == int(
+    assert micro * training["data_parallel"] * plan["job"]["micro_batches"] == int(
         seen["--global-batch-size"]
     )
     assert seen["--tp-comm-overlap-cfg"] == "tp_comm_overlap_cfg.yaml"
@@ -228,17 +228,22 @@ def test_torchtitan_toml_against_job_config() -> None:
     p = config["parallelism"]
     assert (
         p["data_parallel_replicate_degree"]
+        * p["data_parallel_shard_degree"]
         * p["tensor_parallel_degree"]
         * p["pipeline_parallel_degree"]
         == 256
     )
-    assert config["activation_checkpoint"]["mode"] == "none"
+    # the fixture plan: ZeRO-1 over 4 replicas, full recomputation, 2 chunks of 6 blocks
+    assert p["data_parallel_shard_degree"] == 4 and p["fsdp_reshard_after_forward"] == "never"
+    assert config["activation_checkpoint"]["mode"] == "full"
+    assert p["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert p["pipeline_parallel_layers_per_stage"] == 96 // (8 * 2)
     assert p["enable_async_tensor_parallel"] and config["compile"]["enable"]
 
 
 def test_mindformers_keys_and_lists() -> None:
-    """Against mindformers pretrain_llama2_70b.yaml @ 243b72b3; the offset and
-    recompute lists are `meshtune pipeline`'s for an even split."""
+    """Against mindformers pretrain_llama2_70b.yaml @ 243b72b3; the offset
+    list is `meshtune pipeline`'s for an even split."""
     known = _fixture("mindformers-keys.json")
     files = {f.name: f.text for f in export_plan(str(PLAN_1D), "mindformers").files}
     config = yaml.safe_load(files["mindformers.yaml"])
@@ -249,9 +254,11 @@ def test_mindformers_keys_and_lists() -> None:
     assert model["compute_dtype"] in known["compute_dtype"]
     par = config["parallel_config"]
     assert par["data_parallel"] * par["model_parallel"] * par["pipeline_stage"] == 256
-    # 96 layers over 8 stages: 12 each, offsets 0; nothing recomputed
+    # 96 layers over 8 stages: 12 each, offsets 0; the plan recomputes every block (full)
     assert model["offset"] == [0] * 8
-    assert config["recompute_config"]["recompute"] == [0] * 8
+    assert config["recompute_config"]["recompute"] is True
+    assert config["recompute_config"]["select_recompute"] is False
+    assert par["micro_batch_num"] == 8
 
 
 def test_mindformers_offsets_with_a_remainder(tmp_path: Path) -> None:
@@ -329,7 +336,10 @@ BAD = [
     ("notjson.json", "{oops", "is not valid JSON"),
     ("array.json", "[]", "must be a JSON object, but it is a list"),
     ("other.json", json.dumps({"schema": "meshtune.compare/1"}),
-     "schema: got 'meshtune.compare/1'; is not a meshtune.plan/1 document"),
+     "schema: got 'meshtune.compare/1'; is not a meshtune.plan/2 document"),
+    ("old.json", json.dumps({"schema": "meshtune.plan/1"}),
+     "schema: got 'meshtune.plan/1'; is from an older meshtune; export reads meshtune.plan/2; "
+     "fix: re-run"),
 ]  # fmt: skip
 
 

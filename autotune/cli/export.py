@@ -32,7 +32,8 @@ def export(plan_file: str, target: str, out: str | None) -> None:
     parallelism, remat policy and XLA flags; megatron: command-line arguments
     and Transformer Engine's tp_comm_overlap_cfg YAML (1D plans); torchtitan:
     the TOML job config (1D plans); mindformers: parallel_config, offset and
-    recompute lists. What a target cannot express is listed, one line per
+    recompute settings. Micro-batches, interleaving, recomputation and ZeRO
+    stage map to each target's own keys. What a target cannot express is listed, one line per
     choice, in each file's header and on stderr.
 
     Exit codes: 0 ok, 2 bad input or a plan the target cannot run.

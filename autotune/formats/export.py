@@ -3,8 +3,7 @@
 Every writer returns an :class:`Export`: its files and two lists of one-line
 notes, written into each file's header and printed by the CLI:
 
-- *assumed*: what the plan does not decide and the writer had to settle
-  (the plan's step time counts no recomputation and no optimizer sharding);
+- *assumed*: what the plan does not decide and the writer had to settle;
 - *not expressed*: each planned choice the target has no key for, never
   dropped silently.
 
@@ -22,6 +21,7 @@ from autotune import __version__
 from autotune.errors import InputError
 from autotune.formats.plan_view import PlanView, read_plan_view
 from autotune.io import atomic_write_text
+from autotune.plan.schema import PLAN_SCHEMA
 
 # target -> "module:function(PlanView) -> Export"
 TARGETS: dict[str, str] = {
@@ -31,12 +31,6 @@ TARGETS: dict[str, str] = {
     "torchtitan": "autotune.formats.torchtitan:export_torchtitan",
     "mindformers": "autotune.formats.mindformers:export_mindformers",
 }
-
-# The plan's step time prices each FC layer's three GEMMs once per micro-batch.
-NO_RECOMPUTE = "recomputation off: the plan's step time runs each FC GEMM once (no recomputation)"
-NO_OPTIMIZER_SHARDING = (
-    "optimizer sharding (ZeRO) left at the target's default: the plan does not choose it"
-)
 
 
 @dataclass(frozen=True)
@@ -78,10 +72,13 @@ def header_lines(view: PlanView, target: str, keys_from: str, notes: Notes) -> l
     t = view.training
     lines = [
         f"meshtune export --to {target}, from {view.source_name} "
-        f"(meshtune.plan/1, meshtune {__version__})",
+        f"({PLAN_SCHEMA}, meshtune {__version__})",
         f"{view.model.name}: {view.num_rows} x {view.num_cols} tensor-parallel mesh, "
         f"data parallel {t.data_parallel}, pipeline parallel {t.pipeline_parallel}, "
-        f"{t.micro_batches} micro-batch(es), {view.total_chips} chips",
+        f"{view.micro_batches} micro-batch(es) of {view.micro_batch_sequences} sequence(s), "
+        f"{view.total_chips} chips",
+        f"interleave {view.interleave}, recompute {view.recompute}, ZeRO stage "
+        f"{view.zero_stage}, FC layers {t.fc_algorithm.value}",
         f"key names: {keys_from}",
     ]
     lines += [f"assumed: {line}" for line in notes.assumed]

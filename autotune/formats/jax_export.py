@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 
 from autotune.formats.export import (
-    NO_OPTIMIZER_SHARDING,
-    NO_RECOMPUTE,
     Export,
     ExportFile,
     Notes,
@@ -188,12 +186,21 @@ def _specs(view: PlanView) -> str:
 def export_jax(view: PlanView) -> Export:
     """The runnable module (mesh, partition specs, MeshSlice GEMMs)."""
     notes = Notes()
-    notes.assume(NO_RECOMPUTE)
-    notes.assume(NO_OPTIMIZER_SHARDING)
     t = view.training
+    if view.recompute != "none":
+        notes.drop(
+            f"recompute {view.recompute}: run_layer does not rematerialise; wrap your block "
+            "in jax.checkpoint with a policy of your choice"
+        )
+    if view.zero_stage > 0 and t.data_parallel > 1:
+        notes.drop(
+            f"ZeRO stage {view.zero_stage}: optimizer state lives outside this module; shard "
+            "it over your data-parallel axis"
+        )
     if t.data_parallel > 1 or t.pipeline_parallel > 1:
         notes.drop(
-            f"data parallel {t.data_parallel} and pipeline parallel {t.pipeline_parallel}: "
+            f"data parallel {t.data_parallel} and pipeline parallel {t.pipeline_parallel} "
+            f"(interleave {view.interleave}, {view.micro_batches} micro-batch(es)): "
             "this module covers one tensor-parallel group's FC layers; add the outer axes "
             "to your own mesh"
         )

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 
 from autotune.formats.export import (
-    NO_OPTIMIZER_SHARDING,
     Export,
     ExportFile,
     Notes,
@@ -44,6 +43,9 @@ CONFIG_FILE = "maxtext.yml"
 FLAGS_FILE = "maxtext_xla_flags.sh"
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# The plan's recomputation -> MaxText's remat_policy: 'minimal' saves the
+# weight matmuls' outputs and recomputes the batched attention core (selective).
+_REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
 TPU_FLAGS = (
     "--xla_tpu_enable_windowed_einsum_for_all_gather=true",
     "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=true",
@@ -69,10 +71,12 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
     size = {"row": view.num_rows, "col": view.num_cols}
     embed = _embed_axis(view)
     mlp = "col" if embed == "row" else "row"
+    # ZeRO-3 (weights, gradients and optimizer state sharded) is MaxText's FSDP axis.
+    fsdp = t.data_parallel if view.zero_stage == 3 else 1
     out: dict[str, object] = {
         "base_config": "base.yml",
-        "ici_data_parallelism": t.data_parallel,
-        "ici_fsdp_parallelism": 1,
+        "ici_data_parallelism": t.data_parallel // fsdp,
+        "ici_fsdp_parallelism": fsdp,
         "ici_tensor_parallelism": size[mlp],
         "ici_tensor_transpose_parallelism": size[embed],
         "ici_pipeline_parallelism": t.pipeline_parallel,
@@ -84,26 +88,39 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
         "one ICI domain (all dcn_* = 1); on several slices move data_parallel to "
         "dcn_data_parallelism"
     )
-    if t.pipeline_parallel > 1:
-        out["num_pipeline_microbatches"] = t.micro_batches
-    elif t.micro_batches > 1:
+    if view.zero_stage in (1, 2) and t.data_parallel > 1:
         notes.drop(
-            f"micro_batches {t.micro_batches} without pipeline parallelism: the plan runs them "
-            "one after another; set MaxText's gradient accumulation yourself"
+            f"ZeRO stage {view.zero_stage}: MaxText shards optimizer state only together with "
+            "the weights (ici_fsdp_parallelism, ZeRO-3); kept as plain data parallelism"
         )
-    out["per_device_batch_size"] = t.global_batch_sequences / view.total_chips
+    accumulation = 1
+    if t.pipeline_parallel > 1:
+        out["num_pipeline_microbatches"] = view.micro_batches
+        if view.interleave > 1:
+            per_chunk = view.layers_per_chunk()
+            if per_chunk is None:
+                notes.drop(
+                    f"interleave {view.interleave}: {view.model.num_layers} layers do not split "
+                    "into equal chunks; set num_layers_per_pipeline_stage yourself"
+                )
+            else:
+                out["num_layers_per_pipeline_stage"] = per_chunk
+    elif view.micro_batches > 1:
+        accumulation = view.micro_batches
+        out["gradient_accumulation_steps"] = accumulation
+    # MaxText: global batch = per_device_batch_size x devices x gradient_accumulation_steps
+    out["per_device_batch_size"] = t.global_batch_sequences / view.total_chips / accumulation
     out["max_target_length"] = t.sequence_length
     if t.dtype.value in _DTYPES:
         out["dtype"] = _DTYPES[t.dtype.value]
     else:
         notes.drop(f"dtype {t.dtype.value}: set MaxText's quantization for it yourself")
-    # The plan prices every FC GEMM once: 'minimal' keeps matmul outputs
-    # (checkpoint_dots_with_no_batch_dims) and recomputes element-wise ops only.
-    out["remat_policy"] = "minimal"
-    notes.assume(
-        "remat_policy 'minimal' (matmul outputs kept): the plan's step time runs each FC GEMM once"
-    )
-    notes.assume(NO_OPTIMIZER_SHARDING)
+    out["remat_policy"] = _REMAT[view.recompute]
+    if view.recompute == "none":
+        notes.drop(
+            "recompute none: MaxText has no remat_policy that keeps every activation; "
+            "'minimal_with_context' keeps matmul outputs and recomputes element-wise ops"
+        )
     gated = m.ffn_kind is FfnKind.SWIGLU
     out.update(
         {

@@ -30,8 +30,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from autotune.formats.export import (
-    NO_OPTIMIZER_SHARDING,
-    NO_RECOMPUTE,
     Export,
     ExportFile,
     Notes,
@@ -93,7 +91,12 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         args.append((f"--{t.dtype.value}", None))
     elif t.dtype.value == "fp8":
         notes.drop("dtype fp8: choose Transformer Engine's FP8 recipe flags yourself")
-    if tp > 1:
+    if tp > 1 and not view.sequence_parallel:
+        notes.drop(
+            "--tp-comm-overlap: Transformer Engine's userbuffers overlap needs sequence "
+            "parallelism, which the plan turns off; no overlap configuration written"
+        )
+    elif tp > 1:
         args += [
             ("--sequence-parallel", None),
             ("--tp-comm-overlap", None),
@@ -103,17 +106,35 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             "sequence parallelism on: the plan shards every activation over the "
             "tensor-parallel chips, and userbuffers overlap requires it"
         )
-    notes.assume(
-        f"no virtual pipeline (interleaving): the plan has {t.pipeline_parallel} stage(s) of "
-        "one chunk each"
-    )
-    notes.assume(NO_RECOMPUTE + "; no --recompute-* flags")
-    notes.assume(NO_OPTIMIZER_SHARDING + "; no --use-distributed-optimizer")
+    if view.interleave > 1:
+        args.append(("--num-virtual-stages-per-pipeline-rank", view.interleave))
+    args += _recompute_args(view.recompute)
+    if view.zero_stage >= 1:
+        args.append(("--use-distributed-optimizer", None))
+    if view.zero_stage >= 2:
+        notes.drop(
+            f"ZeRO stage {view.zero_stage}: --use-distributed-optimizer shards the optimizer "
+            "state only (ZeRO-1); gradients and weights stay replicated"
+        )
     notes.assume(
         f"data parallel {t.data_parallel} = world size / (TP x PP): launch {view.total_chips} GPUs"
     )
     notes.assume("max position embeddings = sequence length")
     return args
+
+
+def _recompute_args(recompute: str) -> list[tuple[str, object]]:
+    """Megatron's recomputation flags: selective recomputes the attention core;
+    full recomputes every block (uniform method, one block per checkpoint)."""
+    if recompute == "selective":
+        return [("--recompute-granularity", "selective")]
+    if recompute == "full":
+        return [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", 1),
+        ]
+    return []
 
 
 def _overlap(view: PlanView, notes: Notes) -> dict[str, dict[str, object]]:
@@ -207,7 +228,8 @@ def export_megatron(view: PlanView) -> Export:
     needs_1d(view, "megatron", "Megatron-LM")
     notes = Notes()
     args = _args(view, notes)
-    cfg = _overlap(view, notes) if view.tensor_parallel > 1 else {}
+    overlap = view.tensor_parallel > 1 and view.sequence_parallel
+    cfg = _overlap(view, notes) if overlap else {}
     head = commented(header_lines(view, "megatron", KEYS_FROM, notes))
     body = "MEGATRON_ARGS=(\n"
     for flag, value in args:

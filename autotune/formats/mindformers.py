@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 
 from autotune.formats.export import (
-    NO_OPTIMIZER_SHARDING,
-    NO_RECOMPUTE,
     Export,
     ExportFile,
     Notes,
@@ -52,7 +50,7 @@ def even_split_lists(view: PlanView) -> SeedConfig:
     problem = Problem(
         num_stages=t.pipeline_parallel,
         num_chunks=1,
-        num_micro_batches=t.micro_batches,
+        num_micro_batches=view.micro_batches,
         schedule=Schedule.ONE_F_ONE_B,
         min_layers_per_chunk=0,
         options=(RecomputeOption("none", 0.0),),
@@ -84,23 +82,32 @@ def export_mindformers(view: PlanView) -> Export:
     parallel: dict[str, object] = {"data_parallel": t.data_parallel}
     if view.is_1d:
         parallel["model_parallel"] = view.tensor_parallel
-        parallel["use_seq_parallel"] = view.tensor_parallel > 1
+        parallel["use_seq_parallel"] = view.tensor_parallel > 1 and view.sequence_parallel
     else:
         notes.drop(
             f"model_parallel: the plan's {view.num_rows} x {view.num_cols} 2D tensor "
             "parallelism has no MindFormers key (model_parallel is one axis); export --to jax"
         )
     parallel["pipeline_stage"] = pp
-    parallel["micro_batch_num"] = t.micro_batches
+    parallel["micro_batch_num"] = view.micro_batches
     lists = even_split_lists(view)
     one = pp == 1  # a single stage takes scalars, several take per-stage lists
+    # True recomputes every layer of every stage; the plan's choice is uniform.
     recompute = {
-        "recompute": False if one else lists.recompute,
-        "select_recompute": False if one else lists.select_recompute,
-        "select_comm_recompute": False if one else lists.select_comm_recompute,
+        "recompute": view.recompute == "full",
+        "select_recompute": view.recompute == "selective",
+        "select_comm_recompute": False,
     }
-    notes.assume(NO_RECOMPUTE + "; recompute lists all zero")
-    notes.assume(NO_OPTIMIZER_SHARDING)
+    if view.interleave > 1:
+        notes.drop(
+            f"interleave {view.interleave}: parallel_config has no virtual-pipeline key; "
+            "the YAML runs one chunk per stage"
+        )
+    if view.zero_stage > 0 and t.data_parallel > 1:
+        notes.drop(
+            f"ZeRO stage {view.zero_stage}: set MindFormers' parallel.enable_parallel_optimizer "
+            "(a context key outside parallel_config) yourself"
+        )
     if not one:
         notes.assume(
             "even layer split (remainder on the last stages): the plan does not balance "

@@ -1,6 +1,7 @@
-"""A `meshtune.plan/1` document read for export: the strict schema
+"""A `meshtune.plan/2` document read for export: the strict schema
 (`PlanDocument`), the model and training specs it embeds, and the few
-derived facts every writer needs (tensor-parallel degree, 1D or 2D)."""
+derived facts every writer needs (tensor-parallel degree, 1D or 2D,
+micro-batches, interleaving, recomputation, ZeRO stage)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from autotune.plan.schema import PLAN_SCHEMA, GemmDoc, LayerDoc, PlanDocument
 from autotune.specs.model import ModelSpec
 from autotune.specs.training import TrainingSpec
 
+OLD_SCHEMA = "meshtune.plan/1"
 _FIX = "pass the file `meshtune plan --out PLAN.json` wrote"
 
 
@@ -57,6 +59,43 @@ class PlanView:
         return t.data_parallel * t.pipeline_parallel * self.tensor_parallel
 
     @property
+    def micro_batches(self) -> int:
+        """Micro-batches per step and replica (given or derived)."""
+        return self.training.num_micro_batches
+
+    @property
+    def micro_batch_sequences(self) -> int:
+        """Sequences in one micro-batch of one replica."""
+        return self.training.micro_batch_sequences
+
+    @property
+    def interleave(self) -> int:
+        """Model chunks per pipeline stage (1: plain 1F1B)."""
+        return self.training.interleave
+
+    @property
+    def recompute(self) -> str:
+        """Activation recomputation: none, selective or full."""
+        return self.training.recompute.value
+
+    @property
+    def zero_stage(self) -> int:
+        """ZeRO stage 0-3 over the data-parallel replicas."""
+        return self.training.zero_stage
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """Activations outside the FC layers split over the tensor-parallel chips:
+        always under meshslice, the plan's choice under megatron-1d."""
+        return self.training.fc_algorithm.value == "meshslice" or self.training.sequence_parallel
+
+    def layers_per_chunk(self) -> int | None:
+        """Blocks in one model chunk (stages x interleave), None when uneven."""
+        chunks = self.training.pipeline_parallel * self.interleave
+        per_chunk, rem = divmod(self.model.num_layers, chunks)
+        return None if rem or per_chunk == 0 else per_chunk
+
+    @property
     def source_name(self) -> str:
         """The plan file's name (not its folder), for headers."""
         return Path(self.file).name
@@ -81,6 +120,14 @@ def read_plan_view(path: str) -> PlanView:
     file is not JSON, not a plan, or misses a key."""
     data = read_json_object(path, "a plan JSON (`meshtune plan --out PLAN.json`)")
     schema = data.get("schema")
+    if schema == OLD_SCHEMA:
+        raise InputError(
+            f"is from an older meshtune; export reads {PLAN_SCHEMA}",
+            file=path,
+            field="schema",
+            value=schema,
+            fix="re-run `meshtune plan ... --out PLAN.json` with this version",
+        )
     if schema != PLAN_SCHEMA:
         raise InputError(
             f"is not a {PLAN_SCHEMA} document", file=path, field="schema", value=schema, fix=_FIX

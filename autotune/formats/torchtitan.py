@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 
 from autotune.formats.export import (
-    NO_OPTIMIZER_SHARDING,
-    NO_RECOMPUTE,
     Export,
     ExportFile,
     Notes,
@@ -59,31 +57,56 @@ def export_torchtitan(view: PlanView) -> Export:
         training["mixed_precision_param"] = _PRECISION[t.dtype.value]
     else:
         notes.drop(f"dtype {t.dtype.value}: torchtitan's mixed precision is bfloat16 or float32")
+    # ZeRO over the replicas is FSDP2's shard degree: weights re-gathered for the
+    # backward (ZeRO-3) or kept gathered after the forward (ZeRO-1/2).
+    shard = t.data_parallel if view.zero_stage > 0 else 1
     parallelism: dict[str, object] = {
-        "data_parallel_replicate_degree": t.data_parallel,
-        "data_parallel_shard_degree": 1,
+        "data_parallel_replicate_degree": t.data_parallel // shard,
+        "data_parallel_shard_degree": shard,
         "tensor_parallel_degree": tp,
         "pipeline_parallel_degree": t.pipeline_parallel,
         "context_parallel_degree": 1,
     }
+    if shard > 1:
+        parallelism["fsdp_reshard_after_forward"] = "always" if view.zero_stage == 3 else "never"
+        if view.zero_stage == 1:
+            notes.drop(
+                "ZeRO stage 1: FSDP also shards the gradients (ZeRO-2); torchtitan has no "
+                "optimizer-only sharding"
+            )
     if t.pipeline_parallel > 1:
-        parallelism["pipeline_parallel_schedule"] = "1F1B"
-        parallelism["pipeline_parallel_microbatch_size"] = t.micro_batch_sequences
-        notes.assume("pipeline schedule 1F1B: the plan counts one chunk per stage")
-    elif t.micro_batches > 1:
+        parallelism["pipeline_parallel_microbatch_size"] = view.micro_batch_sequences
+        if view.interleave == 1:
+            parallelism["pipeline_parallel_schedule"] = "1F1B"
+        else:
+            parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B"
+            per_chunk = view.layers_per_chunk()
+            if per_chunk is None:
+                notes.drop(
+                    f"interleave {view.interleave}: {m.num_layers} layers do not split into "
+                    "equal chunks; set pipeline_parallel_layers_per_stage yourself"
+                )
+            else:
+                parallelism["pipeline_parallel_layers_per_stage"] = per_chunk
+    elif view.micro_batches > 1:
         notes.drop(
-            f"micro_batches {t.micro_batches} without pipeline parallelism: torchtitan has no "
+            f"micro_batches {view.micro_batches} without pipeline parallelism: torchtitan has no "
             "gradient-accumulation key in this version"
+        )
+    checkpoint: dict[str, object] = {"mode": view.recompute}
+    if view.recompute == "selective":
+        checkpoint["selective_ac_option"] = "op"
+        notes.drop(
+            "recompute selective: torchtitan's op-level selective checkpointing keeps the "
+            "attention output and recomputes every other matmul, not the attention core only"
         )
     sliced = any(g.num_slices > 1 for layer in view.doc.layers for g in layer.gemms)
     sections: dict[str, dict[str, object]] = {
         "job": {"description": f"{m.name}: meshtune plan {view.source_name}"},
         "training": training,
         "parallelism": parallelism,
-        "activation_checkpoint": {"mode": "none"},
+        "activation_checkpoint": checkpoint,
     }
-    notes.assume(NO_RECOMPUTE + "; activation_checkpoint.mode none")
-    notes.assume(NO_OPTIMIZER_SHARDING + "; data_parallel_shard_degree 1 (no FSDP)")
     if tp > 1 and sliced:
         parallelism["enable_async_tensor_parallel"] = True
         sections["compile"] = {"enable": True, "components": ["model"]}

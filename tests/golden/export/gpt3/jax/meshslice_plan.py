@@ -1,8 +1,8 @@
-"""meshtune export --to jax, from plan_gpt3.json (meshtune.plan/1, meshtune 0.1.0)
-gpt3-175b: 32 x 8 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es), 256 chips
+"""meshtune export --to jax, from plan_gpt3.json (meshtune.plan/2, meshtune 0.1.0)
+gpt3-175b: 32 x 8 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es) of 128 sequence(s), 256 chips
+interleave 1, recompute full, ZeRO stage 0, FC layers meshslice
 key names: jax.sharding (Mesh, PartitionSpec, NamedSharding) and jax.shard_map, jax >= 0.7
-assumed: recomputation off: the plan's step time runs each FC GEMM once (no recomputation)
-assumed: optimizer sharding (ZeRO) left at the target's default: the plan does not choose it
+not expressed: recompute full: run_layer does not rematerialise; wrap your block in jax.checkpoint with a policy of your choice
 
 Run `python meshslice_plan.py` to check every layer against a plain matmul.
 """

@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# meshtune export --to megatron, from plan_gpt3_1d_tp8.json (meshtune.plan/1, meshtune 0.1.0)
-# gpt3-175b: 1 x 8 tensor-parallel mesh, data parallel 4, pipeline parallel 8, 8 micro-batch(es), 256 chips
+# meshtune export --to megatron, from plan_gpt3_1d_tp8.json (meshtune.plan/2, meshtune 0.1.0)
+# gpt3-175b: 1 x 8 tensor-parallel mesh, data parallel 4, pipeline parallel 8, 8 micro-batch(es) of 2 sequence(s), 256 chips
+# interleave 2, recompute full, ZeRO stage 1, FC layers meshslice
 # key names: NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac2; NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py initialize_ub @ fecb10bd
 # assumed: embeddings tied (Megatron's default): the plan's model does not say
 # assumed: sequence parallelism on: the plan shards every activation over the tensor-parallel chips, and userbuffers overlap requires it
-# assumed: no virtual pipeline (interleaving): the plan has 8 stage(s) of one chunk each
-# assumed: recomputation off: the plan's step time runs each FC GEMM once (no recomputation); no --recompute-* flags
-# assumed: optimizer sharding (ZeRO) left at the target's default: the plan does not choose it; no --use-distributed-optimizer
 # assumed: data parallel 4 = world size / (TP x PP): launch 256 GPUs
 # assumed: max position embeddings = sequence length
 # not expressed: qkv forward S = 12 (qkv_fprop): ring_exchange all-gather overlap always runs tp_size = 8 steps
@@ -33,4 +31,9 @@ MEGATRON_ARGS=(
   --sequence-parallel
   --tp-comm-overlap
   --tp-comm-overlap-cfg tp_comm_overlap_cfg.yaml
+  --num-virtual-stages-per-pipeline-rank 2
+  --recompute-granularity full
+  --recompute-method uniform
+  --recompute-num-layers 1
+  --use-distributed-optimizer
 )
