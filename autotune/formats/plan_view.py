@@ -128,6 +128,15 @@ def read_plan_view(path: str) -> PlanView:
             value=schema,
             fix="re-run `meshtune plan ... --out PLAN.json` with this version",
         )
+    if schema == "meshtune.job-search/1":
+        raise InputError(
+            f"is a search result (a chosen configuration, not a plan); export reads {PLAN_SCHEMA}",
+            file=path,
+            field="schema",
+            value=schema,
+            fix="write the chosen degrees into the plan file's training section in place of "
+            "`auto`, re-run `meshtune plan ... --out PLAN.json` and export that",
+        )
     if schema != PLAN_SCHEMA:
         raise InputError(
             f"is not a {PLAN_SCHEMA} document", file=path, field="schema", value=schema, fix=_FIX
