@@ -4,15 +4,14 @@ validation failures into one-line errors that say how to fix them."""
 from __future__ import annotations
 
 import hashlib
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from autotune.errors import InputError
+from autotune.safe_load import parse_json, parse_yaml, read_bytes
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
@@ -43,12 +42,7 @@ def calibration_preset_names() -> list[str]:
 
 def read_text(path: str | Path) -> str:
     """A file's text, or an InputError that names the file and the problem."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError("no such file", file=str(path), fix="check the path")
-    if p.is_dir():
-        raise InputError("is a folder, not a file", file=str(path), fix="name a file")
-    data = p.read_bytes()
+    data = read_bytes(path)
     if b"\x00" in data[:8192]:
         raise InputError("is binary data, not text", file=str(path), fix="pass a text file")
     try:
@@ -66,18 +60,7 @@ def sha256_of(path: str | Path) -> str:
 
 def load_mapping(path: str | Path) -> dict[str, Any]:
     """Parse a YAML (or JSON) file whose top level must be a mapping."""
-    text = read_text(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise InputError(
-            f"is not valid YAML{where}: {problem}",
-            file=str(path),
-            fix="check indentation and quoting (YAML or JSON syntax)",
-        ) from None
+    data = parse_yaml(read_text(path), file=str(path))
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise InputError(
@@ -152,11 +135,20 @@ def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: st
         raise InputError(message, file=file, field=field, value=value, fix=fix) from None
 
 
+def _exists(path: Path) -> bool:
+    """`path.exists()` that treats names the system rejects (too long,
+    embedded NUL) as missing instead of raising."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _resolve_ref(ref: str, kind: str, base: Path | None) -> Path:
     """A preset name or a path (relative to the referring file)."""
     if kind != "calibrations":
         preset = _preset_dir(kind) / f"{ref}.yaml"
-        if preset.exists():
+        if _exists(preset):
             return preset
     else:
         from calibration_data import CALIBRATION_PRESETS, data_path
@@ -164,19 +156,26 @@ def _resolve_ref(ref: str, kind: str, base: Path | None) -> Path:
         if ref in CALIBRATION_PRESETS:
             return data_path(CALIBRATION_PRESETS[ref])
     candidate = Path(ref)
-    if not candidate.is_absolute() and base is not None and not candidate.exists():
+    if not candidate.is_absolute() and base is not None and not _exists(candidate):
         candidate = base / candidate
     return candidate
 
 
 def _load_yaml_ref(
-    ref: str | Path, kind: str, field: str, model: type[SpecT], base: Path | None
+    ref: str | Path,
+    kind: str,
+    field: str,
+    model: type[SpecT],
+    base: Path | None,
+    file: str | None = None,
 ) -> SpecT:
-    """Validate the YAML preset or file `ref` names as `model`."""
+    """Validate the YAML preset or file `ref` names as `model`; `file` is
+    the file that referred to it (named in the error if `ref` is neither)."""
     path = _resolve_ref(str(ref), kind, base)
-    if not path.exists():
+    if not _exists(path):
         raise InputError(
             f"is neither a {field} preset nor a file",
+            file=file,
             field=field,
             value=str(ref),
             fix=f"use one of {', '.join(preset_names(kind))} or a path",
@@ -184,36 +183,37 @@ def _load_yaml_ref(
     return validate_spec(model, load_mapping(path), file=str(path))
 
 
-def load_model_spec(ref: str | Path, base: Path | None = None) -> ModelSpec:
-    """A model preset name or YAML file."""
-    return _load_yaml_ref(ref, "models", "model", ModelSpec, base)
+def load_model_spec(
+    ref: str | Path, base: Path | None = None, file: str | None = None
+) -> ModelSpec:
+    """A model preset name or YAML file (`file`: the plan file naming it)."""
+    return _load_yaml_ref(ref, "models", "model", ModelSpec, base, file)
 
 
-def load_cluster_spec(ref: str | Path, base: Path | None = None) -> tuple[ClusterSpec, str]:
+def load_cluster_spec(
+    ref: str | Path, base: Path | None = None, file: str | None = None
+) -> tuple[ClusterSpec, str]:
     """A cluster preset name or YAML file; returns the spec and where it came from."""
-    return _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base), str(ref)
+    return _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base, file), str(ref)
 
 
-def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[CalibrationSpec, str]:
+def load_calibration(
+    ref: str | Path, base: Path | None = None, file: str | None = None
+) -> tuple[CalibrationSpec, str]:
     """A calibration preset name or JSON file; returns the spec and the
-    preset name or the file's path."""
+    preset name or the file's path (`file`: the file naming it, if any)."""
     path = _resolve_ref(str(ref), "calibrations", base)
-    if not path.exists():
+    if not _exists(path):
         raise InputError(
             "is neither a calibration preset nor a file",
+            file=file,
             field="calibration",
             value=str(ref),
             fix=f"use {', '.join(calibration_preset_names())}, or a file from `meshtune calibrate`",
         )
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-            file=str(path),
-            fix="pass a calibration written by `meshtune calibrate`",
-        ) from None
+    data = parse_json(
+        read_text(path), file=str(path), fix="pass a calibration written by `meshtune calibrate`"
+    )
     if not isinstance(data, dict):
         raise InputError(
             "must be a JSON object", file=str(path), fix="pass a file from `meshtune calibrate`"
@@ -227,7 +227,10 @@ def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[Calibra
 def calibration_file(ref: str) -> Path | None:
     """The file behind a calibration reference (preset name or path), if any."""
     path = _resolve_ref(ref, "calibrations", None)
-    return path if path.is_file() else None
+    try:
+        return path if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def load_plan_input(
@@ -262,7 +265,7 @@ def load_plan_input(
     if isinstance(model_ref, dict):
         model = validate_spec(ModelSpec, model_ref, file=file, prefix="model")
     elif isinstance(model_ref, str):
-        model = load_model_spec(model_ref, base)
+        model = load_model_spec(model_ref, base, file)
     else:
         raise InputError(
             "must be a preset name or a mapping",
@@ -298,7 +301,9 @@ def load_plan_input(
         cluster_base = base
     elif isinstance(cluster_src, str):
         cluster, cluster_ref = load_cluster_spec(
-            cluster_src, None if cluster_override is not None else base
+            cluster_src,
+            None if cluster_override is not None else base,
+            "--cluster" if cluster_override is not None else file,
         )
         cluster_path = _resolve_ref(cluster_src, "clusters", base)
         cluster_base = cluster_path.parent
@@ -312,7 +317,7 @@ def load_plan_input(
         )
 
     if calibration_override is not None:
-        calibration, calibration_ref = load_calibration(calibration_override, None)
+        calibration, calibration_ref = load_calibration(calibration_override, None, "--calibration")
     elif "calibration" in data:
         if not isinstance(data["calibration"], str):
             raise InputError(
@@ -322,9 +327,11 @@ def load_plan_input(
                 value=data["calibration"],
                 fix="e.g. `calibration: tpu-v4`",
             )
-        calibration, calibration_ref = load_calibration(data["calibration"], base)
+        calibration, calibration_ref = load_calibration(data["calibration"], base, file)
     else:
-        calibration, calibration_ref = load_calibration(cluster.calibration, cluster_base)
+        calibration, calibration_ref = load_calibration(
+            cluster.calibration, cluster_base, cluster_ref
+        )
 
     search_data = data.get("search", {}) or {}
     if not isinstance(search_data, dict):

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import (
+    FINITE_CONFIG,
+    MAX_BYTES_PER_S,
+    MAX_DIM,
+    MAX_FACTOR,
+    MAX_FLOPS_PER_S,
+    MAX_SECONDS,
+    Spec,
+)
 from cost_models import CollectiveOp
 
 CALIBRATION_SCHEMA = "meshtune.calibration/1"
@@ -45,9 +53,21 @@ class CollectiveFit(Spec):
 class LinkSpec(Spec):
     """Linear model `t = launch_s + (P-1) * (sync_s + shard_bytes / link_bytes_per_s)`."""
 
-    launch_s: float = Field(ge=0, description="Fixed launch overhead per collective, seconds.")
-    sync_s: float = Field(ge=0, description="Synchronisation latency per ring step, seconds.")
-    link_bytes_per_s: float = Field(gt=0, description="Effective per-step link bandwidth, bytes/s.")
+    launch_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Fixed launch overhead per collective, seconds. Range: 0 to 3600.",
+    )
+    sync_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Synchronisation latency per ring step, seconds. Range: 0 to 3600.",
+    )
+    link_bytes_per_s: float = Field(
+        gt=0,
+        le=MAX_BYTES_PER_S,
+        description="Effective per-step link bandwidth, bytes/s. Range: above 0, at most 1e15.",
+    )
     fit: CollectiveFit | None = Field(default=None, description="Fit quality, when fitted.")
 
 
@@ -55,16 +75,30 @@ class EfficiencyCurve(Spec):
     """`eff = m/(m+m_half) * n/(n+n_half) * k/(k+k_half)` on top of the
     effective rate (see cost_models.compute.saturating_efficiency)."""
 
-    m_half: float = Field(ge=0, description="Rows at which the M factor is one half.")
-    n_half: float = Field(ge=0, description="Columns at which the N factor is one half.")
-    k_half: float = Field(ge=0, description="Contraction size at which the K factor is one half.")
+    m_half: float = Field(
+        ge=0, le=MAX_DIM, description="Rows at which the M factor is one half. Range: 0 to 2^24."
+    )
+    n_half: float = Field(
+        ge=0,
+        le=MAX_DIM,
+        description="Columns at which the N factor is one half. Range: 0 to 2^24.",
+    )
+    k_half: float = Field(
+        ge=0,
+        le=MAX_DIM,
+        description="Contraction size at which the K factor is one half. Range: 0 to 2^24.",
+    )
 
 
 class ComputeSpec(Spec):
     """Local GEMM throughput of one chip."""
 
     dtype: str = Field(description="Element type the rate was measured for, e.g. bf16.")
-    effective_flops_per_s: float = Field(gt=0, description="Large-GEMM rate, FLOP/s.")
+    effective_flops_per_s: float = Field(
+        gt=0,
+        le=MAX_FLOPS_PER_S,
+        description="Large-GEMM rate, FLOP/s. Range: above 0, at most 1e18.",
+    )
     efficiency_curve: EfficiencyCurve | None = Field(
         default=None, description="Shape dependence; omitted means a constant rate."
     )
@@ -97,7 +131,10 @@ class CalibrationSpec(Spec):
     )
     compute: ComputeSpec = Field(description="Local GEMM throughput.")
     overlap_slowdown: float = Field(
-        default=1.0, ge=1.0, description="Compute slowdown while communication overlaps it."
+        default=1.0,
+        ge=1.0,
+        le=MAX_FACTOR,
+        description="Compute slowdown while communication overlaps it. Range: 1 to 1000.",
     )
     inputs: list[SourceFile] = Field(default_factory=list, description="Files fitted from.")
     base_calibration: str | None = Field(
@@ -109,7 +146,7 @@ class CalibrationSpec(Spec):
         description="Entries copied unchanged from base_calibration (e.g. send_recv.row, compute).",
     )
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(**FINITE_CONFIG, populate_by_name=True)
 
     @model_validator(mode="after")
     def _check(self) -> CalibrationSpec:

@@ -7,7 +7,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import MAX_CHIPS, MAX_DIM, MAX_FACTOR, MAX_GIB, MAX_TFLOPS_PER_S, Spec
 
 
 class Topology(str, Enum):
@@ -20,25 +20,40 @@ class ClusterSpec(Spec):
     """A cluster description (human units in its keys, converted on use)."""
 
     name: str = Field(description="Cluster name shown in reports.")
-    num_chips: int = Field(gt=0, description="Chips in the cluster.")
+    num_chips: int = Field(
+        gt=0, le=MAX_CHIPS, description="Chips in the cluster. Range: 1 to 2^24."
+    )
     topology: Topology = Field(
         default=Topology.TORUS,
         strict=False,
         description="torus: every mesh row and column is a ring.",
     )
     peak_tflops_per_s: dict[str, float] = Field(
-        description="Per-chip peak dense TFLOP/s by dtype, e.g. {bf16: 275}."
+        description="Per-chip peak dense TFLOP/s by dtype, e.g. {bf16: 275}. "
+        "Range: each above 0 and at most 1,000,000."
     )
-    hbm_gib: float | None = Field(default=None, gt=0, description="Per-chip memory in GiB.")
+    hbm_gib: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_GIB,
+        description="Per-chip memory in GiB. Range: above 0, at most 2^20 (1 PiB).",
+    )
     block_size: int = Field(
-        default=8, gt=0, description="MeshSlice slicing block b (8 on TPU v4: 128x8 tiles)."
+        default=8,
+        gt=0,
+        le=MAX_DIM,
+        description="MeshSlice slicing block b (8 on TPU v4: 128x8 tiles). Range: 1 to 2^24.",
     )
     mesh_shapes: list[list[int]] | None = Field(
         default=None,
-        description="Allowed [rows, cols] meshes; omitted means every factor pair.",
+        description="Allowed [rows, cols] meshes; omitted means every factor pair. "
+        "Range: each side 1 to 2^24.",
     )
     min_axis_size: int = Field(
-        default=1, gt=0, description="Smallest allowed mesh side when mesh_shapes is omitted."
+        default=1,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Smallest allowed mesh side when mesh_shapes is omitted. Range: 1 to 2^24.",
     )
     calibration: str = Field(
         default="tpu-v4", description="Calibration preset name or path to a calibration JSON."
@@ -46,21 +61,24 @@ class ClusterSpec(Spec):
     overlap_slowdown: float | None = Field(
         default=None,
         ge=1.0,
-        description="Compute slowdown while communication overlaps it; overrides the calibration.",
+        le=MAX_FACTOR,
+        description="Compute slowdown while communication overlaps it; overrides the "
+        "calibration. Range: 1 to 1000.",
     )
     source: str | None = Field(default=None, description="Where these figures come from.")
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         for dtype, value in self.peak_tflops_per_s.items():
-            if value <= 0:
+            if not 0 < value <= MAX_TFLOPS_PER_S:
                 raise ValueError(
-                    f"peak_tflops_per_s.{dtype} must be > 0, got {value}; fix: give the chip's peak"
+                    f"peak_tflops_per_s.{dtype} must be > 0 and <= {MAX_TFLOPS_PER_S:g}, "
+                    f"got {value}; fix: give the chip's peak in TFLOP/s"
                 )
         for shape in self.mesh_shapes or []:
-            if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+            if len(shape) != 2 or not (1 <= shape[0] <= MAX_CHIPS and 1 <= shape[1] <= MAX_CHIPS):
                 raise ValueError(
-                    f"mesh_shapes entry {shape} must be [rows, cols] with positive sides; "
+                    f"mesh_shapes entry {shape} must be [rows, cols] with sides 1 to 2^24; "
                     "fix: write each shape as a two-number list such as [16, 16]"
                 )
         return self

@@ -7,7 +7,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import MAX_CHIPS, MAX_COUNT, Spec
 
 
 class DType(str, Enum):
@@ -27,13 +27,24 @@ class DType(str, Enum):
 class TrainingSpec(Spec):
     """Per-step work of one tensor-parallel group."""
 
-    global_batch_sequences: int = Field(gt=0, description="Sequences per training step.")
-    sequence_length: int = Field(gt=0, description="Tokens per sequence.")
+    global_batch_sequences: int = Field(
+        gt=0, le=MAX_COUNT, description="Sequences per training step. Range: 1 to 2^24."
+    )
+    sequence_length: int = Field(
+        gt=0, le=MAX_COUNT, description="Tokens per sequence. Range: 1 to 2^24."
+    )
     dtype: DType = Field(default=DType.BF16, strict=False, description="bf16, fp16, fp32 or fp8.")
-    data_parallel: int = Field(default=1, gt=0, description="Data-parallel replicas.")
-    pipeline_parallel: int = Field(default=1, gt=0, description="Pipeline stages.")
+    data_parallel: int = Field(
+        default=1, gt=0, le=MAX_CHIPS, description="Data-parallel replicas. Range: 1 to 2^24."
+    )
+    pipeline_parallel: int = Field(
+        default=1, gt=0, le=MAX_CHIPS, description="Pipeline stages. Range: 1 to 2^24."
+    )
     micro_batches: int = Field(
-        default=1, gt=0, description="Micro-batches per step and replica (pipeline)."
+        default=1,
+        gt=0,
+        le=MAX_COUNT,
+        description="Micro-batches per step and replica (pipeline). Range: 1 to 2^24.",
     )
 
     @model_validator(mode="after")
