@@ -7,6 +7,9 @@ import reprlib
 EXIT_OK = 0
 EXIT_NO_PLAN = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 MAX_SHOWN_CHARS = 80  # a value quoted in a message
 MAX_FILE_CHARS = 160  # a file name in a message
@@ -87,6 +90,11 @@ class InputError(MeshtuneError):
         if self.fix:
             body = f"{body}; fix: {self.fix}"
         return " ".join(f"{head}: {body}".split()) if head else " ".join(body.split())
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt so
+    that every cleanup path that handles one handles both."""
 
 
 class NoFeasiblePlanError(MeshtuneError):

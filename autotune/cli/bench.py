@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli.common import bad_usage, guarded
+from autotune.cli.common import OutputPath, bad_usage, guarded
 
 
 def _parse_mesh(text: str):
@@ -28,9 +28,7 @@ def _parse_mesh(text: str):
     show_default=True,
     help="Measurement engine (JAX: virtual host devices on CPU, the real mesh on TPU/GPU).",
 )
-@click.option(
-    "--out", "out", required=True, type=click.Path(dir_okay=False), help="CSV file to write."
-)
+@click.option("--out", "out", required=True, type=OutputPath(), help="CSV file to write.")
 @click.option(
     "--mesh",
     "meshes",

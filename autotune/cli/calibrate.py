@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.common import format_option, guarded
+from autotune.cli.common import OutputPath, format_option, guarded
 
 
 @click.command()
@@ -15,7 +15,7 @@ from autotune.cli.common import format_option, guarded
     "--out",
     "out",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     help="Calibration JSON to write (atomically; nothing is written on bad input).",
 )
 @format_option(help="Report as tables and a plot, or print the JSON.")
@@ -36,7 +36,7 @@ from autotune.cli.common import format_option, guarded
 @click.option(
     "--plot",
     "plot",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     help="Also write the measured-vs-fitted plot as PNG (needs the plot extra).",
 )

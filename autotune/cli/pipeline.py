@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import click
 
-from autotune.cli.common import format_option, guarded
+from autotune.cli.common import OutputPath, format_option, guarded
 
 
 @click.command()
@@ -15,14 +15,14 @@ from autotune.cli.common import format_option, guarded
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     help="Also write the JSON document to this file (atomically).",
 )
 @click.option(
     "--timeline",
     "timeline",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     metavar="FILE.svg",
     help="Write the simulated schedule of the plan as an SVG timeline.",
@@ -50,21 +50,24 @@ def pipeline(spec_file: str, fmt: str, out: str | None, timeline: str | None) ->
         read = read_pipeline_file(spec_file)
         result = replace(balance(read.problem, read.settings), decomposition=read.decomposition)
     text = to_json(result, spec_file) if (fmt == "json" or out) else None
-    if out:
-        atomic_write_text(out, text)
+    svg = None
     if timeline and result.plan is not None:
         from autotune.pipeline.render_svg import timeline_svg
 
         title = f"{spec_file}: {result.plan.label}"
-        atomic_write_text(
-            timeline, timeline_svg(result.plan.simulation, result.problem.num_stages, title)
-        )
-    if fmt == "json":
-        click.echo(text, nl=False)
-    else:
+        svg = timeline_svg(result.plan.simulation, result.problem.num_stages, title)
+    if fmt != "json":
         from autotune.pipeline.render import render_result
 
         render_result(result)
+    # everything is computed and rendered before the first file is written
+    if out:
+        atomic_write_text(out, text)
+    if svg is not None:
+        atomic_write_text(timeline, svg, "--timeline")
+    if fmt == "json":
+        click.echo(text, nl=False)
+    else:
         for path in (out, timeline if result.plan is not None else None):
             if path:
                 click.echo(f"wrote {path}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli.common import format_option, guarded
+from autotune.cli.common import OutputPath, format_option, guarded
 
 
 @click.command()
@@ -31,7 +31,7 @@ from autotune.cli.common import format_option, guarded
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     help="Also write the JSON sharding config to this file (atomically).",
 )
@@ -58,13 +58,16 @@ def plan(
     inp = load_plan_input(model_file, cluster, calibration)
     result = run_plan(inp, DataflowPolicy(dataflow) if dataflow else None)
     text = to_json(result) if (fmt == "json" or out) else None
-    if out:
-        atomic_write_text(out, text)
+    # the report is rendered before anything is written, so a failure while
+    # rendering leaves no output behind
     if fmt == "json":
+        if out:
+            atomic_write_text(out, text)
         click.echo(text, nl=False)
     else:
         from autotune.plan.report import render_plan
 
         render_plan(result)
         if out:
+            atomic_write_text(out, text)
             click.echo(f"\nwrote {out}")
