@@ -12,6 +12,7 @@ from rich.table import Table
 
 from autotune.calibrate.result import CalibrationResult
 from autotune.calibrate.textplot import legend, loglog_scatter
+from autotune.render_text import user_text
 
 
 def _us(value: float | None) -> str:
@@ -49,7 +50,9 @@ def render_calibration(
         inputs.add_column(column)
     for f in result.files:
         skipped = f" ({len(f.skipped_lines)} garbled rows skipped)" if f.skipped_lines else ""
-        inputs.add_row(f.path, f.kind, str(f.num_rows), f.description + skipped)
+        inputs.add_row(
+            user_text(f.path), f.kind, str(f.num_rows), user_text(f.description + skipped, 200)
+        )
     console.print(inputs)
 
     if result.comm_fits:
@@ -124,7 +127,8 @@ def render_calibration(
         )
         console.print(table)
     if spec.kept_from_base:
-        console.print(f"kept from {spec.base_calibration}: {', '.join(spec.kept_from_base)}")
+        base = user_text(spec.base_calibration)
+        console.print(f"kept from {base}: {', '.join(spec.kept_from_base)}")
 
     series = plot_series(result)
     console.print("\n[bold]Measured vs fitted[/bold] (points on the dotted diagonal fit exactly)")
@@ -133,5 +137,5 @@ def render_calibration(
     for line in legend(series):
         console.print(line, markup=False, highlight=False)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {user_text(warning, 400)}", highlight=False)
     console.print(f"\nwrote {out_path}")

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from autotune.pipeline.result import BalanceResult, PlanEvaluation
 from autotune.pipeline.timeline import timeline_rows
+from autotune.render_text import user_text
 
 GIB = 2**30
 TIMELINE_WIDTH = 100
@@ -27,11 +28,12 @@ def _pct(fraction: float | None) -> str:
 
 
 def _stage_table(plan: PlanEvaluation, kinds: list[str], cap_bytes: float) -> Table:
-    table = Table(box=box.SIMPLE_HEAVY, title=f"{plan.label}: layers and memory per stage")
+    title = f"{user_text(plan.label)}: layers and memory per stage"
+    table = Table(box=box.SIMPLE_HEAVY, title=title)
     table.add_column("stage", justify="right")
     table.add_column("chunk", justify="right")
     for k in kinds:
-        table.add_column(k, justify="right")
+        table.add_column(user_text(k), justify="right")
     table.add_column("recompute", justify="left")
     table.add_column("fwd+bwd", justify="right")
     table.add_column("peak GiB", justify="right")
@@ -47,7 +49,7 @@ def _stage_table(plan: PlanEvaluation, kinds: list[str], cap_bytes: float) -> Ta
                 str(st.stage) if i == 0 else "",
                 str(ch.local_chunk),
                 *[str(ch.layers.get(k, 0)) for k in kinds],
-                rec or "-",
+                user_text(rec, 200) or "-",
                 _ms(ch.forward_s + ch.backward_s),
                 _gib(st.peak_memory_bytes) if i == 0 else "",
                 _gib(st.headroom_bytes) if i == 0 else "",
@@ -81,7 +83,7 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
             f"{dec.num_measurements} stages (max {_pct(dec.max_relative_residual)})"
         )
         for w in dec.warnings:
-            console.print(f"[yellow]warning[/yellow]: {w}")
+            console.print(f"[yellow]warning[/yellow]: {user_text(w, 400)}")
     s = result.solver
     console.print(f"Solver: {s.solver}, {s.status}, {s.solve_time_s:.2f} s, gap {_pct(s.gap)}")
     if result.plan is None:

@@ -35,6 +35,7 @@ from cost_models import (
     transpose_cost,
     valid_slice_counts,
 )
+from cost_models.divisors import divisors
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,8 @@ def mesh_shapes(cluster: ClusterSpec, tp_chips: int, file: str | None = None) ->
         return shapes
     shapes = [
         MeshShape(r, tp_chips // r)
-        for r in range(1, tp_chips + 1)
-        if tp_chips % r == 0 and min(r, tp_chips // r) >= cluster.min_axis_size
+        for r in divisors(tp_chips)
+        if min(r, tp_chips // r) >= cluster.min_axis_size
     ]
     if not shapes:
         raise InputError(
