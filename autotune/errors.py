@@ -13,6 +13,7 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 MAX_SHOWN_CHARS = 80  # a value quoted in a message
 MAX_FILE_CHARS = 160  # a file name in a message
+MAX_FIX_CHARS = 300  # the fix (it may list valid values)
 
 # Bounded repr: a huge value (say a YAML alias bomb) is never rendered whole.
 _REPR = reprlib.Repr()
@@ -88,7 +89,7 @@ class InputError(MeshtuneError):
             shown = shown_value(self.value)
             body = f"got {shown}; {body}"
         if self.fix:
-            body = f"{body}; fix: {self.fix}"
+            body = f"{body}; fix: {shorten(self.fix, MAX_FIX_CHARS)}"
         return " ".join(f"{head}: {body}".split()) if head else " ".join(body.split())
 
 
