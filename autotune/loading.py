@@ -111,6 +111,23 @@ def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
     return [(f.alias or name) for name, f in fields.items()]
 
 
+def _field_range(model: type[BaseModel], loc: list[str]) -> str | None:
+    """The "Range: ..." sentence of the described field at `loc`, if any."""
+    current: Any = model
+    info = None
+    for part in loc:
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            break
+        info = fields[part]
+        annotation = info.annotation
+        current = annotation if isinstance(annotation, type) else None
+    description = (info.description or "") if info is not None else ""
+    if "Range: " not in description:
+        return None
+    return description.split("Range: ", 1)[1].split(". ")[0].rstrip(".")
+
+
 def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: str = "") -> SpecT:
     """Validate `data` as `model`, turning the first failure into an
     InputError that names the file, the field path, the value and a fix."""
@@ -132,6 +149,10 @@ def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: st
             message = "is required"
         elif error.get("type") == "extra_forbidden":
             message = "is not a known key"
+        elif error.get("type", "").startswith(("greater_than", "less_than", "finite")):
+            span = _field_range(model, loc)
+            if span:
+                message = f"{message} (plausible range: {span})"
         raise InputError(message, file=file, field=field, value=value, fix=fix) from None
 
 
@@ -168,15 +189,17 @@ def _load_yaml_ref(
     model: type[SpecT],
     base: Path | None,
     file: str | None = None,
+    shown_field: str | None = None,
 ) -> SpecT:
     """Validate the YAML preset or file `ref` names as `model`; `file` is
-    the file that referred to it (named in the error if `ref` is neither)."""
+    the file that referred to it and `shown_field` the key or option that
+    did (named in the error if `ref` is neither)."""
     path = _resolve_ref(str(ref), kind, base)
     if not _exists(path):
         raise InputError(
             f"is neither a {field} preset nor a file",
             file=file,
-            field=field,
+            field=shown_field or field,
             value=str(ref),
             fix=f"use one of {', '.join(preset_names(kind))} or a path",
         )
@@ -191,14 +214,15 @@ def load_model_spec(
 
 
 def load_cluster_spec(
-    ref: str | Path, base: Path | None = None, file: str | None = None
+    ref: str | Path, base: Path | None = None, file: str | None = None, field: str = "cluster"
 ) -> tuple[ClusterSpec, str]:
     """A cluster preset name or YAML file; returns the spec and where it came from."""
-    return _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base, file), str(ref)
+    spec = _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base, file, field)
+    return spec, str(ref)
 
 
 def load_calibration(
-    ref: str | Path, base: Path | None = None, file: str | None = None
+    ref: str | Path, base: Path | None = None, file: str | None = None, field: str = "calibration"
 ) -> tuple[CalibrationSpec, str]:
     """A calibration preset name or JSON file; returns the spec and the
     preset name or the file's path (`file`: the file naming it, if any)."""
@@ -207,7 +231,7 @@ def load_calibration(
         raise InputError(
             "is neither a calibration preset nor a file",
             file=file,
-            field="calibration",
+            field=field,
             value=str(ref),
             fix=f"use {', '.join(calibration_preset_names())}, or a file from `meshtune calibrate`",
         )
@@ -303,7 +327,8 @@ def load_plan_input(
         cluster, cluster_ref = load_cluster_spec(
             cluster_src,
             None if cluster_override is not None else base,
-            "--cluster" if cluster_override is not None else file,
+            None if cluster_override is not None else file,
+            "--cluster" if cluster_override is not None else "cluster",
         )
         cluster_path = _resolve_ref(cluster_src, "clusters", base)
         cluster_base = cluster_path.parent
@@ -317,7 +342,9 @@ def load_plan_input(
         )
 
     if calibration_override is not None:
-        calibration, calibration_ref = load_calibration(calibration_override, None, "--calibration")
+        calibration, calibration_ref = load_calibration(
+            calibration_override, None, None, "--calibration"
+        )
     elif "calibration" in data:
         if not isinstance(data["calibration"], str):
             raise InputError(
