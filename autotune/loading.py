@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -111,17 +111,29 @@ def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
     return [(f.alias or name) for name, f in fields.items()]
 
 
+def _inner_model(annotation: Any) -> Any:
+    """The spec model inside `annotation` (`X`, `X | None`, `dict[str, list[X]]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
 def _field_range(model: type[BaseModel], loc: list[str]) -> str | None:
     """The "Range: ..." sentence of the described field at `loc`, if any."""
     current: Any = model
     info = None
     for part in loc:
         fields = getattr(current, "model_fields", None)
-        if not fields or part not in fields:
-            break
+        if fields is None:
+            return None
+        if part not in fields:
+            continue  # a dict key or list index inside the current field
         info = fields[part]
-        annotation = info.annotation
-        current = annotation if isinstance(annotation, type) else None
+        current = _inner_model(info.annotation)
     description = (info.description or "") if info is not None else ""
     if "Range: " not in description:
         return None

@@ -23,6 +23,19 @@ MAX_FILE_BYTES = 64 * 2**20  # any one input file
 MAX_DEPTH = 64  # nested mappings/lists in a YAML or JSON document
 MAX_NODES = 1_000_000  # values in a document after YAML aliases are expanded
 
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-9` and `2.5e3` as numbers (YAML 1.2
+    and JSON do; PyYAML's YAML 1.1 rules read them as strings, which turns
+    a valid-looking number into a confusing type error)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
 
@@ -160,7 +173,7 @@ def parse_yaml(text: str, *, file: str | None) -> Any:
         )
     _yaml_limits(text, file)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, file) from None
     except (ValueError, OverflowError) as exc:  # e.g. an integer of 5,000 digits

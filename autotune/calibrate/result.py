@@ -195,4 +195,4 @@ def to_json(result: CalibrationResult) -> str:
     import json
 
     data = result.spec.model_dump(by_alias=True, mode="json")
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"

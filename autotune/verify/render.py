@@ -44,7 +44,7 @@ def to_json(result: VerifyResult) -> str:
         "worst_relative_error": result.worst_relative_error,
         "gemms": [_check_doc(c) for c in result.checks],
     }
-    return json.dumps(doc, indent=2) + "\n"
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
 _PASS_LABELS = {"forward": "fwd", "backward_data": "bwd data", "backward_weight": "bwd weight"}
