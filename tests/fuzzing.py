@@ -70,10 +70,8 @@ def replacement_values() -> st.SearchStrategy[Any]:
     )
 
 
-@st.composite
-def mutated_yaml(draw: st.DrawFn, text: str) -> str:
-    """`text` (a YAML document) with one to three mutations, as YAML text."""
-    doc = yaml.safe_load(text)
+def _mutate(draw: st.DrawFn, doc: Any) -> None:
+    """Apply one to three mutations to the parsed document in place."""
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         paths = leaf_paths(doc)
         if not paths:
@@ -88,11 +86,28 @@ def mutated_yaml(draw: st.DrawFn, text: str) -> str:
             parent[path[-1]] = parent[path[-1]] * factor
         else:
             parent[path[-1]] = draw(replacement_values())
+
+
+@st.composite
+def mutated_yaml(draw: st.DrawFn, text: str) -> str:
+    """`text` (a YAML document) with one to three mutations, as YAML text."""
+    doc = yaml.safe_load(text)
+    _mutate(draw, doc)
     out = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
     depth = draw(st.sampled_from([70, 3000]))
-    return out.replace(f"'{DEEP}'", "[" * depth + "]" * depth).replace(
-        DEEP, "[" * depth + "]" * depth
-    )
+    nested = "[" * depth + "]" * depth
+    return out.replace(f"'{DEEP}'", nested).replace(DEEP, nested)
+
+
+@st.composite
+def mutated_json(draw: st.DrawFn, text: str) -> str:
+    """`text` (a JSON document) with one to three mutations, as JSON text
+    (NaN and Infinity written as JSON's non-standard tokens)."""
+    doc = json.loads(text)
+    _mutate(draw, doc)
+    out = json.dumps(doc)
+    depth = draw(st.sampled_from([70, 100_000]))
+    return out.replace(f'"{DEEP}"', "[" * depth + "]" * depth)
 
 
 CSV_CELLS = ["", "nan", "inf", "-inf", "-1", "0", "1e308", "abc", "9" * 40, "2.5", "x" * 200_000]

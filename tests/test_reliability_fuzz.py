@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clirun import run_cli
-from fuzzing import check_run, mutated_csv, mutated_yaml
+from fuzzing import check_run, mutated_csv, mutated_json, mutated_yaml
 from hypothesis import given, settings
 
 from autotune.plan.schema import PlanDocument
@@ -126,3 +126,31 @@ def test_fuzz_benchmark_csv(mutated):
             assert plan.exit_code in (0, 1, 2), (plan.stderr, plan.exception)
             if plan.exit_code:
                 assert len(plan.stderr.splitlines()) == 1, plan.stderr
+
+
+@functools.cache
+def _plan_json() -> str:
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "plan.json"
+        run = run_cli("plan", str(REPO / "examples" / "gpt3.yaml"), "--out", str(out))
+        assert run.exit_code == 0, run.stderr
+        return out.read_text()
+
+
+def test_fuzz_verify_plan_json():
+    """verify a mutated plan document (the input `verify` reads)."""
+
+    @settings(PROFILE, max_examples=max(2, PROFILE.max_examples // 2))
+    @given(mutated_json(_plan_json()))
+    def check(mutated: str) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "plan.json"
+            path.write_text(mutated)
+            run = run_cli("verify", str(path), "--format", "json")
+            assert run.exit_code in (0, 1, 2), (run.exit_code, run.stderr, run.exception)
+            if run.exit_code:
+                assert len(run.stderr.splitlines()) == 1, run.stderr
+            else:
+                json.loads(run.stdout, parse_constant=lambda c: pytest.fail(c))
+
+    check()
