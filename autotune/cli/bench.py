@@ -17,7 +17,9 @@ def _parse_mesh(text: str):
     except ValueError:
         bad_usage(f"--mesh: got {shorten(text)!r}; write ROWSxCOLS; fix: e.g. --mesh 2x4")
     if not (1 <= rows <= 4096 and 1 <= cols <= 4096):
-        bad_usage(f"--mesh: got {text!r}; both sides must be 1 to 4096; fix: e.g. --mesh 2x4")
+        bad_usage(
+            f"--mesh: got {shorten(text)!r}; both sides must be 1 to 4096; fix: e.g. --mesh 2x4"
+        )
     return MeshShape(rows, cols)
 
 
