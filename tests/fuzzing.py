@@ -9,6 +9,7 @@ duplicated, digits appended to sizes and huge cells inserted.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -85,7 +86,8 @@ def _mutate(draw: st.DrawFn, doc: Any) -> None:
             factor = draw(st.sampled_from([10**12, 10**6, 1000, -1, 0, 1e-9]))
             parent[path[-1]] = parent[path[-1]] * factor
         else:
-            parent[path[-1]] = draw(replacement_values())
+            # a copy: the strategy's own lists and dicts must never be mutated
+            parent[path[-1]] = copy.deepcopy(draw(replacement_values()))
 
 
 @st.composite
