@@ -4,6 +4,7 @@ validation failures into one-line errors that say how to fix them."""
 from __future__ import annotations
 
 import hashlib
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar, get_args
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from autotune.errors import InputError
 from autotune.safe_load import parse_json, parse_yaml, read_bytes
 from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import PlanInput, SearchSpec
@@ -29,7 +31,7 @@ def _preset_dir(kind: str) -> Path:
 
 
 def preset_names(kind: str) -> list[str]:
-    """Names of the bundled presets of `kind` ("models" or "clusters")."""
+    """Names of the bundled presets of `kind` ("models", "clusters" or "chips")."""
     return sorted(p.stem for p in _preset_dir(kind).glob("*.yaml"))
 
 
@@ -225,12 +227,61 @@ def load_model_spec(
     return _load_yaml_ref(ref, "models", "model", ModelSpec, base, file)
 
 
+_NODE_COUNT = re.compile(r"^(?P<base>[a-z0-9][a-z0-9.-]*?)-(?P<nodes>[1-9][0-9]*)n$")
+
+
+def _node_count_ref(ref: str) -> tuple[Path, int] | None:
+    """`BASE-<N>n` where BASE is a bundled node preset: its file and N."""
+    m = _NODE_COUNT.match(ref)
+    if m is None:
+        return None
+    preset = _preset_dir("clusters") / f"{m['base']}.yaml"
+    return (preset, int(m["nodes"])) if _exists(preset) else None
+
+
 def load_cluster_spec(
     ref: str | Path, base: Path | None = None, file: str | None = None, field: str = "cluster"
 ) -> tuple[ClusterSpec, str]:
-    """A cluster preset name or YAML file; returns the spec and where it came from."""
+    """A cluster preset name or YAML file; returns the spec and where it came from
+    (`file` and `field`: the file and key or option naming it, for errors).
+
+    `BASE-<N>n` (e.g. `h100-hgx-32n`) is the node preset BASE with N nodes:
+    its `num_chips` becomes N times its `node.chips_per_node`."""
+    counted = _node_count_ref(str(ref))
+    if counted is not None and not _exists(_preset_dir("clusters") / f"{ref}.yaml"):
+        path, nodes = counted
+        data = load_mapping(path)
+        node = data.get("node")
+        if not isinstance(node, dict) or not isinstance(node.get("chips_per_node"), int):
+            raise InputError(
+                "has no node.chips_per_node, so a node count cannot be set by name",
+                file=str(path),
+                field="node.chips_per_node",
+                fix=f"use the preset {path.stem} and set num_chips in the plan file",
+            )
+        data = {**data, "name": str(ref), "num_chips": nodes * node["chips_per_node"]}
+        return validate_spec(ClusterSpec, data, file=str(path)), str(ref)
     spec = _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base, file, field)
     return spec, str(ref)
+
+
+def cluster_file(ref: str, base: Path | None = None) -> Path | None:
+    """The file behind a cluster reference (preset, `BASE-<N>n` or path), if any."""
+    counted = _node_count_ref(ref)
+    path = _resolve_ref(ref, "clusters", base)
+    if not _exists(path) and counted is not None:
+        path = counted[0]
+    return path if _exists(path) and path.is_file() else None
+
+
+def load_chip_spec(ref: str | Path, base: Path | None = None) -> ChipSpec:
+    """A chip preset name or YAML file (a path relative to `base`)."""
+    return _load_yaml_ref(ref, "chips", "chip", ChipSpec, base)
+
+
+def load_chip_for(cluster: ClusterSpec, base: Path | None) -> ChipSpec | None:
+    """The chip a cluster names (preset or path relative to `base`), or None."""
+    return None if cluster.chip is None else load_chip_spec(cluster.chip, base)
 
 
 def load_calibration(
@@ -336,13 +387,16 @@ def load_plan_input(
         cluster_ref = f"{file}#cluster"
         cluster_base = base
     elif isinstance(cluster_src, str):
+        cluster_lookup = None if cluster_override is not None else base
         cluster, cluster_ref = load_cluster_spec(
             cluster_src,
-            None if cluster_override is not None else base,
+            cluster_lookup,
             None if cluster_override is not None else file,
             "--cluster" if cluster_override is not None else "cluster",
         )
-        cluster_path = _resolve_ref(cluster_src, "clusters", base)
+        cluster_path = cluster_file(cluster_src, cluster_lookup) or _resolve_ref(
+            cluster_src, "clusters", base
+        )
         cluster_base = cluster_path.parent
     else:
         raise InputError(
@@ -387,6 +441,7 @@ def load_plan_input(
         model=model,
         training=training,
         cluster=cluster,
+        chip=load_chip_for(cluster, cluster_base),
         calibration=calibration,
         search=search,
         source_file=file,

@@ -8,7 +8,12 @@ from cost_models.collectives import (
     ring_collective_terms,
     send_recv_cost,
 )
-from cost_models.compute import ComputeModel, gemm_flops, saturating_efficiency
+from cost_models.compute import (
+    ComputeModel,
+    gemm_flops,
+    roofline_gemm_s,
+    saturating_efficiency,
+)
 from cost_models.meshslice import (
     Dataflow,
     collective_calls,
@@ -28,6 +33,7 @@ from cost_models.types import (
     CommModel,
     GemmEstimate,
     LinkParams,
+    LinkRegime,
     MeshShape,
     TimeBreakdown,
 )
@@ -42,6 +48,7 @@ __all__ = [
     "Dataflow",
     "GemmEstimate",
     "LinkParams",
+    "LinkRegime",
     "MeshShape",
     "TimeBreakdown",
     "collective_calls",
@@ -52,6 +59,7 @@ __all__ = [
     "ring_collective_cost",
     "ring_collective_s",
     "ring_collective_terms",
+    "roofline_gemm_s",
     "saturating_efficiency",
     "send_recv_cost",
     "sharding_violation",

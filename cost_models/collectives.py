@@ -26,15 +26,37 @@ def ring_collective_terms(
 
     Assumes a contention-free ring (each torus row or column is its own
     ring), which is why the model fits TPU tori well (seed 000 section 5.3).
+
+    Size regimes (docs/calibrate.md "The collective model"): when `link`
+    has regimes, each piece uses the launch, sync and bandwidth of the
+    regime its `shard_bytes` falls in (regime r covers pieces above the
+    bound of regime r-1 up to its own `max_shard_bytes`), i.e. the same
+    formula with per-size-range parameters. This is how NCCL and RCCL
+    behave: their tuner picks a protocol and channel count per message size,
+    each with its own latency and bandwidth (NCCL src/graph/tuning.cc), so
+    the measured time is piecewise linear in size. Without regimes the
+    result is bit-for-bit the single straight line.
     """
     shard = np.asarray(shard_bytes, dtype=float)
     if ring_size <= 1:
         zero = np.zeros_like(shard)
         return zero, zero, zero
     steps = ring_size - 1
-    launch = np.full_like(shard, link.launch_s)
-    sync = np.full_like(shard, steps * link.sync_s)
-    transfer = steps * shard / link.link_bytes_per_s
+    if not link.regimes:
+        launch = np.full_like(shard, link.launch_s)
+        sync = np.full_like(shard, steps * link.sync_s)
+        transfer = steps * shard / link.link_bytes_per_s
+        return launch, sync, transfer
+    launch = np.zeros_like(shard)
+    sync = np.zeros_like(shard)
+    transfer = np.zeros_like(shard)
+    below = np.zeros(shard.shape, dtype=bool)
+    for regime in link.regimes:
+        here = (shard <= regime.max_shard_bytes) & ~below
+        launch = np.where(here, regime.launch_s, launch)
+        sync = np.where(here, steps * regime.sync_s, sync)
+        transfer = np.where(here, steps * shard / regime.link_bytes_per_s, transfer)
+        below |= here
     return launch, sync, transfer
 
 
@@ -76,6 +98,7 @@ def pipelined_broadcast_cost(
         raise ValueError("num_packets must be >= 1")
     stages = num_packets + ring_size - 2
     packet_bytes = message_bytes / num_packets
+    link = link.at(packet_bytes)  # size regimes: the packet's (identity without)
     return CommCost(
         launch_s=link.launch_s,
         sync_s=stages * link.sync_s,
@@ -95,6 +118,7 @@ def send_recv_cost(link: LinkParams, message_bytes: float, num_hops: int = 1) ->
     """
     if num_hops <= 0:
         return CommCost()
+    link = link.at(message_bytes)  # size regimes: the message's (identity without)
     return CommCost(
         launch_s=link.launch_s,
         sync_s=num_hops * link.sync_s,

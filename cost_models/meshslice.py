@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike
 
 from cost_models.collectives import ring_collective_terms
 from cost_models.compute import ComputeModel
+from cost_models.concurrency import concurrent_s
 from cost_models.divisors import divisors
 from cost_models.types import (
     Axis,
@@ -209,15 +210,16 @@ def collective_calls(
 
 
 def _stage_terms(calls, comm: CommModel, s: np.ndarray):
-    """Per-iteration (time, launch, sync, transfer) of concurrent collectives
-    on different axes: the stage lasts as long as its slowest collective."""
+    """Per-iteration terms of each collective in `calls` (per-slice shards):
+    a list of `(axis, latency, transfer)` for :func:`concurrent_s` and the
+    summed launch, sync and transfer seconds."""
     zero = np.zeros_like(s, dtype=float)
-    stage_s, launch, sync, transfer = zero.copy(), zero.copy(), zero.copy(), zero.copy()
+    terms, launch, sync, transfer = [], zero.copy(), zero.copy(), zero.copy()
     for op, axis, ring, shard in calls:
         ln, sy, tr = ring_collective_terms(comm.link(op, axis), ring, shard / s)
-        stage_s = np.maximum(stage_s, ln + sy + tr)
+        terms.append((axis, ln + sy, tr))
         launch, sync, transfer = launch + ln, sync + sy, transfer + tr
-    return stage_s, launch, sync, transfer
+    return terms, launch, sync, transfer
 
 
 def meshslice_times(
@@ -243,12 +245,17 @@ def meshslice_times(
     per-iteration stage times::
 
         prologue = pre
-        steady   = max(pre, gemm * overlap_slowdown, post)
+        steady   = max(gemm * overlap_slowdown, pre | post)
         epilogue = gemm + post
         total    = prologue + (S - 1) * steady + epilogue
 
     which is exact for a pipeline of equal iterations; S = 1 gives the
-    unoverlapped Collective 2D GEMM. Collective times follow
+    unoverlapped Collective 2D GEMM. `pre | post` is the time of the
+    next iteration's collectives and the previous one's running together
+    (:func:`cost_models.concurrency.concurrent_s`): on separate links
+    (a torus) the slower of them, seed 000's `max(pre, post)`; on one
+    resource (row and column inside an NVSwitch node) their bytes add
+    (hardware.md section 1). Collective times follow
     :func:`ring_collective_terms` with the per-slice shards of model.md
     section 6; the local GEMM follows :meth:`ComputeModel.gemm_s`.
     `overlap_slowdown` (>= 1) stretches compute that runs beside
@@ -267,13 +274,14 @@ def meshslice_times(
     if transposed:
         mesh, comm = mesh.transposed(), comm.swapped_axes()
     it = _iteration(dataflow, m, n, k, mesh, element_bytes)
-    pre, pre_l, pre_s, pre_t = _stage_terms(it.before, comm, s)
-    post, post_l, post_s, post_t = _stage_terms(it.after, comm, s)
+    pre_terms, pre_l, pre_s, pre_t = _stage_terms(it.before, comm, s)
+    post_terms, post_l, post_s, post_t = _stage_terms(it.after, comm, s)
     gemm = compute.gemm_s(*_sliced_gemm(dataflow, it.gemm_mnk, s))
     gemm = np.broadcast_to(gemm, s.shape).astype(float)
-    prologue = pre
-    steady = np.maximum(np.maximum(pre, gemm * overlap_slowdown), post)
-    epilogue = gemm + post
+    prologue = np.broadcast_to(concurrent_s(pre_terms, comm), s.shape)
+    comm_steady = concurrent_s(pre_terms + post_terms, comm)
+    steady = np.maximum(gemm * overlap_slowdown, comm_steady)
+    epilogue = gemm + concurrent_s(post_terms, comm)
     total = prologue + (s - 1) * steady + epilogue
     return {
         "total_s": total,

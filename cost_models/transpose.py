@@ -36,7 +36,8 @@ def transpose_cost(
         ring = mesh.size(axis)
         if ring <= 1:
             continue
-        link = comm.link(CollectiveOp.SEND_RECV, axis)
+        # size regimes: the parameters of a shard-sized message (identity without)
+        link = comm.link(CollectiveOp.SEND_RECV, axis).at(shard_bytes)
         total = total + CommCost(
             launch_s=link.launch_s,
             sync_s=math.ceil(ring / 4) * link.sync_s,

@@ -37,24 +37,69 @@ class CollectiveOp(str, Enum):
 
 
 @dataclass(frozen=True)
-class LinkParams:
-    """Linear ring-collective parameters of one operation on one mesh axis
-    (model.md section 4): a fixed launch overhead, a per-step
-    synchronisation latency and the effective per-step link bandwidth."""
+class LinkRegime:
+    """The linear parameters one collective follows for per-chip pieces up
+    to `max_shard_bytes` (and above the previous regime's bound): NCCL and
+    RCCL switch protocol (LL, LL128, Simple) and channel count with message
+    size, and each choice has its own latency and bandwidth (see
+    :func:`cost_models.collectives.ring_collective_terms`)."""
 
+    max_shard_bytes: float  # math.inf for the last regime
     launch_s: float
     sync_s: float
     link_bytes_per_s: float
 
     def __post_init__(self) -> None:
+        assert self.max_shard_bytes > 0
         assert self.launch_s >= 0 and self.sync_s >= 0 and self.link_bytes_per_s > 0
 
 
 @dataclass(frozen=True)
+class LinkParams:
+    """Ring-collective parameters of one operation on one mesh axis
+    (model.md section 4): a fixed launch overhead, a per-step
+    synchronisation latency and the effective per-step link bandwidth.
+
+    With `regimes` the three values depend on the per-chip piece (one
+    linear model per size range, see :class:`LinkRegime`); the plain fields
+    then hold the last (large-message) regime, so a formula that reads them
+    directly sees the bandwidth plateau. Without regimes (the default, and
+    every calibration written before regimes existed) the model is the one
+    straight line."""
+
+    launch_s: float
+    sync_s: float
+    link_bytes_per_s: float
+    regimes: tuple[LinkRegime, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert self.launch_s >= 0 and self.sync_s >= 0 and self.link_bytes_per_s > 0
+        bounds = [r.max_shard_bytes for r in self.regimes]
+        assert bounds == sorted(bounds) and (not bounds or bounds[-1] == float("inf"))
+
+    def at(self, shard_bytes: float) -> LinkParams:
+        """The linear parameters that hold for a piece of `shard_bytes`
+        (the first regime whose bound is >= it); itself without regimes."""
+        for regime in self.regimes:
+            if shard_bytes <= regime.max_shard_bytes:
+                return LinkParams(regime.launch_s, regime.sync_s, regime.link_bytes_per_s)
+        return self
+
+
+@dataclass(frozen=True)
 class CommModel:
-    """Calibrated collective parameters, keyed by (operation, mesh axis)."""
+    """Calibrated collective parameters, keyed by (operation, mesh axis),
+    and the physical resource each mesh axis runs on.
+
+    `resources` names the resource under each axis (e.g. "nvswitch",
+    "scale-out NIC", "torus dim 0"). Collectives running at the same time
+    on axes with the same resource name share its bandwidth; on different
+    names they overlap. Omitted (None) means every axis has its own links,
+    the contention-free torus of seed 000.
+    """
 
     params: Mapping[tuple[CollectiveOp, Axis], LinkParams]
+    resources: Mapping[Axis, str] | None = None
 
     def link(self, op: CollectiveOp, axis: Axis) -> LinkParams:
         """Parameters of `op` on `axis`; a missing pair is a calibration gap."""
@@ -73,7 +118,21 @@ class CommModel:
         """The same links with the two mesh axes exchanged (used for the
         transposed variant of a dataflow, which runs the plain schedule on the
         transposed mesh)."""
-        return CommModel({(op, ax.other()): p for (op, ax), p in self.params.items()})
+        resources = (
+            None
+            if self.resources is None
+            else {ax.other(): name for ax, name in self.resources.items()}
+        )
+        return CommModel({(op, ax.other()): p for (op, ax), p in self.params.items()}, resources)
+
+    def shares_resource(self, a: Axis, b: Axis) -> bool:
+        """Whether traffic on axes `a` and `b` shares one resource's
+        bandwidth (always for the same axis; never without `resources`)."""
+        if a is b:
+            return True
+        if self.resources is None:
+            return False
+        return self.resources.get(a) is not None and self.resources.get(a) == self.resources.get(b)
 
 
 @dataclass(frozen=True)

@@ -109,12 +109,48 @@ def test_single_ring_log_is_reported_not_split(repo_root, tmp_path):
     assert "only launch_s + (P-1)*sync_s" in " ".join(result.stdout.split())
 
 
-def test_no_gemm_rows_and_no_base_is_an_error(repo_root, tmp_path):
+def test_no_gemm_rows_and_no_chip_leaves_compute_to_the_plan_loudly(repo_root, tmp_path):
+    links = tmp_path / "links.csv"
+    rows = "".join(
+        f"collective,{op},{axis},4,{s},,,,bf16,{1e-5 + 3 * s / 1e10}\n"
+        for op in ("all_gather", "reduce_scatter")
+        for axis in ("row", "col")
+        for s in (1e3, 1e5, 1e7)
+    )
+    links.write_text(f"{HEADER}\n{rows}")
+    out = tmp_path / "c.json"
+    result = run("calibrate", str(links), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["compute"] is None
+    assert "no gemm rows and no chip preset" in " ".join(result.output.split())
+    planned = run("plan", "examples/gpt3.yaml", "--calibration", str(out), "--format", "json")
+    assert planned.exit_code == 0, planned.output
+    assert "has no compute entry: compute times use cluster" in " ".join(planned.output.split())
+
+
+def test_inputs_that_determine_nothing_are_an_error(repo_root, tmp_path):
+    bad = tmp_path / "one_size.csv"
+    bad.write_text(f"{HEADER}\ncollective,all_gather,row,4,1024,,,,bf16,1e-5\n")
+    out = tmp_path / "c.json"
+    result = run("calibrate", str(bad), "--out", str(out))
+    assert result.exit_code == 2
+    assert "measure nothing a calibration holds" in result.stderr and "--chip" in result.stderr
+    assert not out.exists()
+
+
+def test_no_gemm_rows_takes_compute_from_the_matched_chip_loudly(repo_root, tmp_path):
+    """The A100 in the log's device lines picks the chip preset; its peak is
+    the compute rate, and the report says so (never a silent TPU number)."""
     out = tmp_path / "c.json"
     result = run("calibrate", "tests/fixtures/nccl/sendrecv_fenced.md", "--out", str(out))
-    assert result.exit_code == 2
-    assert "no gemm rows" in result.stderr and "--base" in result.stderr
-    assert not out.exists()
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["chip"] == "a100-sxm4-40gb" and doc["from_preset"]
+    assert doc["compute"]["effective_flops_per_s"] == doc["compute"]["peak_flops_per_s"]
+    assert "tpu" not in json.dumps(doc["compute"]).lower()
+    text = " ".join(result.output.split())
+    assert "chip: a100-sxm4-40gb" in text
+    assert "warning: compute: no gemm rows, so the rate is the a100-sxm4-40gb preset" in text
 
 
 BAD_INPUTS = {

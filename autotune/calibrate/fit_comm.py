@@ -21,12 +21,16 @@ the data determines, and says so instead of inventing a split.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import least_squares
 
+from autotune.calibrate import regimes as regimes_mod
+from autotune.calibrate.crossval import CrossValidationResult
+from autotune.calibrate.crossval import cross_validate as cross_validate_fit
 from autotune.calibrate.samples import CollectiveSample
 from cost_models import Axis, CollectiveOp
 
@@ -66,6 +70,20 @@ class CommFit:
     rel_errors: tuple[float, ...]
     inlier: tuple[bool, ...]
     rows: tuple[tuple[str, int], ...]
+    model: str = "linear"  # or "regimes"
+    #: (max_shard_bytes, launch_s, sync_s, link_bytes_per_s) per regime, last bound inf
+    regimes: tuple[tuple[float, float, float, float], ...] = ()
+    cv: CrossValidationResult | None = None
+    resource: str | None = None
+
+    @property
+    def outliers(self) -> tuple[tuple[str, int, float], ...]:
+        """(file, line, relative error) of the points the robust fit set aside."""
+        return tuple(
+            (f, ln, e)
+            for (f, ln), e, ok in zip(self.rows, self.rel_errors, self.inlier, strict=True)
+            if not ok
+        )
 
 
 def ring_model_s(
@@ -126,9 +144,9 @@ def _rank(x: np.ndarray, t: np.ndarray) -> int:
     return int(np.sum(sv > 1e-8 * sv[0]))
 
 
-def fit_collective(samples: Sequence[CollectiveSample]) -> CommFit:
-    """Fit one operation on one mesh axis from its samples (all of one op
-    and axis, pooled over files and ring sizes)."""
+def _fit_linear(samples: Sequence[CollectiveSample]) -> CommFit:
+    """Fit the straight-line model to one operation on one mesh axis (all
+    samples of one op and axis, pooled over files and ring sizes)."""
     op, axis = samples[0].op, samples[0].axis
     ring = np.array([s.ring_size for s in samples], dtype=float)
     shard = np.array([s.shard_bytes for s in samples], dtype=float)
@@ -199,7 +217,6 @@ def fit_collective(samples: Sequence[CollectiveSample]) -> CommFit:
             bw_stderr = float(bw_err) / inv_bw**2 if bw_err is not None else None
 
     rel = (fitted - t) / t
-    r_in = rel[inlier]
     t_in = t[inlier]
     ss_res = float(np.sum((fitted[inlier] - t_in) ** 2))
     ss_tot = float(np.sum((t_in - t_in.mean()) ** 2))
@@ -220,8 +237,9 @@ def fit_collective(samples: Sequence[CollectiveSample]) -> CommFit:
         combined_latency_s=combined,
         combined_latency_stderr_s=combined_err,
         r2=r2,
-        rms_rel_error=float(np.sqrt(np.mean(r_in**2))),
-        max_rel_error=float(np.max(np.abs(r_in))),
+        # every point, outliers included: a worst error that hides points is no worst error
+        rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+        max_rel_error=float(np.max(np.abs(rel))),
         identifiable=identifiable,
         note=note,
         usable=usable,
@@ -233,11 +251,129 @@ def fit_collective(samples: Sequence[CollectiveSample]) -> CommFit:
     )
 
 
-def fit_all(samples: Sequence[CollectiveSample]) -> list[CommFit]:
-    """One fit per (operation, mesh axis) present, in a stable order."""
+def _linear_fitter(samples: Sequence[CollectiveSample]):
+    """A refitting function for crossval.cross_validate: the straight line."""
+
+    def fit(mask: np.ndarray):
+        subset = [s for s, keep in zip(samples, mask, strict=True) if keep]
+        if len({s.shard_bytes for s in subset}) < 2:
+            return None
+        found = _fit_linear(subset)
+        if not found.usable or found.link_bytes_per_s is None:
+            return None
+        launch, sync, inv_bw = found.launch_s, found.sync_s, 1.0 / found.link_bytes_per_s
+        return lambda ring, shard: ring_model_s(launch, sync, inv_bw, ring, shard)
+
+    return fit
+
+
+def _outliers(rel: np.ndarray) -> np.ndarray:
+    """Inlier mask: within max(OUTLIER_SIGMAS robust sigmas, OUTLIER_MIN_REL)."""
+    sigma = 1.4826 * float(np.median(np.abs(rel - np.median(rel)))) + 1e-12
+    return np.abs(rel) <= max(OUTLIER_SIGMAS * sigma, OUTLIER_MIN_REL)
+
+
+def fit_collective(
+    samples: Sequence[CollectiveSample], model: str = "auto", cross_validate: bool = True
+) -> CommFit:
+    """Fit one operation on one mesh axis: `linear` (one straight line),
+    `regimes` (one line per size range) or `auto` (regimes when
+    leave-one-size-out validation prefers more than one; see
+    autotune.calibrate.regimes), and measure the held-out error."""
+    linear = _fit_linear(samples)
+    ring = np.array([s.ring_size for s in samples], dtype=float)
+    shard = np.array([s.shard_bytes for s in samples], dtype=float)
+    t = np.array([s.seconds for s in samples], dtype=float)
+    num_sizes = len(np.unique(shard))
+    count = 1
+    if model != "linear" and linear.usable and num_sizes >= 2 * regimes_mod.MIN_SIZES:
+        count, _ = regimes_mod.choose_regime_count(ring, shard, t)
+        if model == "regimes":
+            count = max(count, 2)
+    if count == 1:
+        cv = cross_validate_fit(ring, shard, t, _linear_fitter(samples)) if cross_validate else None
+        return replace(linear, cv=cv)
+    found = regimes_mod.fit_regimes(ring, shard, t, count)
+    assert found is not None  # count <= feasible: choose_regime_count only returns those
+    found = regimes_mod.with_top_regime(found, ring, shard, t)
+    fitted = found.predict(ring, shard)
+    rel = (fitted - t) / t
+    inlier = _outliers(rel)
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((fitted - t) ** 2)) / ss_tot if ss_tot > 0 else None
+    bounds = (*found.bounds, math.inf)
+    regimes = tuple(
+        (b, launch, sync, 1.0 / inv_bw if inv_bw > 0 else math.inf)
+        for b, (launch, sync, inv_bw) in zip(bounds, found.coefs, strict=True)
+    )
+    if any(math.isinf(r[3]) for r in regimes):
+        # a regime whose transfer term fitted to zero has no bandwidth: keep the line
+        cv = cross_validate_fit(ring, shard, t, _linear_fitter(samples)) if cross_validate else None
+        return replace(linear, cv=cv)
+    one_ring = len(linear.ring_sizes) == 1
+    note = (
+        f"one ring size (P={linear.ring_sizes[0]}): each regime's launch_s holds "
+        "launch_s + (P-1)*sync_s (sync_s = 0; exact at this P, an extrapolation "
+        "elsewhere); measure a second ring size to separate them"
+        if one_ring
+        else None
+    )
+    top = regimes[-1]
+    cv = (
+        cross_validate_fit(ring, shard, t, regimes_mod.regime_fitter(ring, shard, t, count))
+        if cross_validate
+        else None
+    )
+    return replace(
+        linear,
+        model="regimes",
+        regimes=regimes,
+        launch_s=top[1],
+        sync_s=top[2],
+        link_bytes_per_s=top[3],
+        launch_s_stderr=None,
+        sync_s_stderr=None,
+        link_bytes_per_s_stderr=None,
+        combined_latency_s=None,
+        combined_latency_stderr_s=None,
+        r2=r2,
+        rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+        max_rel_error=float(np.max(np.abs(rel))),
+        num_outliers=int((~inlier).sum()),
+        identifiable=(
+            ("launch_s + (P-1)*sync_s per regime", "link_bytes_per_s per regime")
+            if one_ring
+            else ("launch_s, sync_s, link_bytes_per_s per regime",)
+        ),
+        note=note,
+        fitted_s=tuple(fitted.tolist()),
+        rel_errors=tuple(rel.tolist()),
+        inlier=tuple(bool(b) for b in inlier),
+        cv=cv,
+    )
+
+
+def fit_all(
+    samples: Sequence[CollectiveSample],
+    model: str = "auto",
+    resources: dict[str, str | None] | None = None,
+) -> list[CommFit]:
+    """One fit per (operation, mesh axis) present, in a stable order;
+    `resources` maps an input file to what its rings crossed (intra_node,
+    scale_out). Axes fed the same measurements share one fit."""
     groups: dict[tuple[CollectiveOp, Axis], list[CollectiveSample]] = {}
     for s in samples:
         groups.setdefault((s.op, s.axis), []).append(s)
     order = list(CollectiveOp)
     keys = sorted(groups, key=lambda k: (order.index(k[0]), k[1].value != "row"))
-    return [fit_collective(groups[k]) for k in keys]
+    done: dict[tuple, CommFit] = {}
+    fits = []
+    for op, axis in keys:
+        group = groups[(op, axis)]
+        data = (op, tuple((s.ring_size, s.shard_bytes, s.seconds, s.file, s.line) for s in group))
+        if data not in done:
+            done[data] = fit_collective(group, model)
+        kinds = {(resources or {}).get(s.file) for s in group}
+        resource = kinds.pop() if len(kinds) == 1 else "mixed"
+        fits.append(replace(done[data], axis=axis, resource=resource))
+    return fits

@@ -23,12 +23,21 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from autotune.calibrate.samples import GemmSample
-from cost_models import ComputeModel, gemm_flops
+from autotune.errors import InputError
+from cost_models import ComputeModel, gemm_flops, roofline_gemm_s
 
 ROBUST_SCALE = 0.05
 OUTLIER_SIGMAS = 4.0
 OUTLIER_MIN_REL = 0.15
 _DIMS = ("m", "n", "k")
+#: a measured GEMM this much above the chip's peak is rejected (timer jitter allowance)
+PEAK_TOLERANCE = 1.02
+_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
+
+
+def _bytes(dtype: str) -> float:
+    """Bytes per element of `dtype`."""
+    return _DTYPE_BYTES.get(dtype, 2.0)
 
 
 @dataclass(frozen=True)
@@ -54,11 +63,32 @@ class ComputeFit:
     fitted_s: tuple[float, ...]
     inlier: tuple[bool, ...]
     rows: tuple[tuple[str, int], ...]
+    peak_flops_per_s: float | None = None  # the roofline ceiling, when the chip is known
+    hbm_bytes_per_s: float | None = None
+    max_dims: tuple[float, float, float] | None = None  # largest m, n, k measured
+    cv_errors: tuple[float, ...] = ()  # held-out |relative errors| of the curve
+    constant_cv_errors: tuple[float, ...] = ()  # the same for the one-rate baseline
 
     def model(self) -> ComputeModel:
-        """The fitted curve as the planner's compute model."""
+        """The fitted curve as the planner's compute model: bounded by the
+        roofline when the chip is known, held flat beyond the shapes measured."""
         m_half, n_half, k_half = self.halves
-        return ComputeModel(self.effective_flops_per_s, 1.0, m_half, n_half, k_half)
+        return ComputeModel(
+            self.effective_flops_per_s,
+            1.0,
+            m_half,
+            n_half,
+            k_half,
+            ceiling_flops_per_s=self.peak_flops_per_s,
+            hbm_bytes_per_s=self.hbm_bytes_per_s or 0.0,
+            element_bytes=_bytes(self.dtype),
+            max_dims=self.max_dims,
+        )
+
+    @property
+    def outliers(self) -> tuple[tuple[str, int], ...]:
+        """(file, line) of the rows the robust fit set aside."""
+        return tuple(r for r, ok in zip(self.rows, self.inlier, strict=True) if not ok)
 
 
 def constant_rate_flops_per_s(samples: Sequence[GemmSample]) -> float:
@@ -75,12 +105,63 @@ def choose_dtype(samples: Sequence[GemmSample]) -> str:
     return "bf16" if "bf16" in counts else counts.most_common(1)[0][0]
 
 
-def fit_gemm(samples: Sequence[GemmSample], dtype: str | None = None) -> ComputeFit:
+def _check_below_peak(chosen: Sequence[GemmSample], peak_flops_per_s: float) -> None:
+    """A measured GEMM faster than the chip's peak is an error in the data
+    (seconds, shape or dtype), not a fast GEMM."""
+    for s in chosen:
+        rate = float(gemm_flops(s.m, s.n, s.k)) / s.seconds
+        if rate > PEAK_TOLERANCE * peak_flops_per_s:
+            raise InputError(
+                f"the gemm {s.m}x{s.n}x{s.k} {s.dtype} runs at {rate / 1e12:.0f} TFLOP/s, "
+                f"above the chip's {s.dtype} peak {peak_flops_per_s / 1e12:.0f} TFLOP/s, "
+                "so the fit is rejected",
+                file=s.file,
+                line=s.line,
+                field="seconds",
+                value=s.seconds,
+                fix="check that seconds are seconds, the shape and the dtype, or name the "
+                "right chip with --chip",
+            )
+
+
+def _cv_errors(
+    chosen: Sequence[GemmSample], dtype: str, peak: float | None, hbm: float | None
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Held-out |relative errors| of the curve and of the one-rate baseline:
+    each shape left out in turn (ten interleaved folds above 60 shapes)."""
+    n = len(chosen)
+    if n < 4:
+        return (), ()
+    folds = n if n <= 60 else 10
+    curve, constant = [], []
+    for f in range(folds):
+        held = [i for i in range(n) if i % folds == f]
+        kept = [s for i, s in enumerate(chosen) if i % folds != f]
+        fit = fit_gemm(kept, dtype, peak, hbm, cross_validate=False)
+        model = fit.model()
+        for i in held:
+            s = chosen[i]
+            curve.append(abs(float(model.gemm_s(s.m, s.n, s.k)) / s.seconds - 1.0))
+            flops = float(gemm_flops(s.m, s.n, s.k))
+            constant.append(abs(flops / fit.constant_flops_per_s / s.seconds - 1.0))
+    return tuple(curve), tuple(constant)
+
+
+def fit_gemm(
+    samples: Sequence[GemmSample],
+    dtype: str | None = None,
+    peak_flops_per_s: float | None = None,
+    hbm_bytes_per_s: float | None = None,
+    cross_validate: bool = True,
+) -> ComputeFit:
     """Fit the efficiency curve to the GEMM samples of `dtype` (default:
-    :func:`choose_dtype`)."""
+    :func:`choose_dtype`), bounded by the chip's roofline when its peak
+    (and HBM bandwidth) are given."""
     dtype = dtype or choose_dtype(samples)
     chosen = [s for s in samples if s.dtype == dtype]
     others = tuple(sorted({s.dtype for s in samples} - {dtype}))
+    if peak_flops_per_s is not None:
+        _check_below_peak(chosen, peak_flops_per_s)
     dims = np.array([[s.m, s.n, s.k] for s in chosen], dtype=float)
     t = np.array([s.seconds for s in chosen])
     log_flops = np.log(gemm_flops(dims[:, 0], dims[:, 1], dims[:, 2]))
@@ -88,6 +169,12 @@ def fit_gemm(samples: Sequence[GemmSample], dtype: str | None = None) -> Compute
     # halves are fitted in units of each dimension's median so all parameters are O(1)
     unit = np.median(dims, axis=0)
     rate0 = constant_rate_flops_per_s(chosen)
+    log_roof = None
+    if peak_flops_per_s is not None:
+        roof = roofline_gemm_s(
+            dims[:, 0], dims[:, 1], dims[:, 2], peak_flops_per_s, hbm_bytes_per_s, _bytes(dtype)
+        )
+        log_roof = np.log(roof)
 
     def unpack(z: np.ndarray) -> tuple[float, np.ndarray]:
         halves = np.zeros(3)
@@ -101,21 +188,27 @@ def fit_gemm(samples: Sequence[GemmSample], dtype: str | None = None) -> Compute
     def residual(z: np.ndarray, rows: np.ndarray) -> np.ndarray:
         log_rate, halves = unpack(z)
         log_eff = -np.sum(np.log1p(halves[None, :] / dims[rows]), axis=1)
-        return (log_flops[rows] - log_rate - log_eff) - np.log(t[rows])
+        log_model = log_flops[rows] - log_rate - log_eff
+        if log_roof is not None:
+            log_model = np.maximum(log_model, log_roof[rows])
+        return log_model - np.log(t[rows])
 
     num_free = sum(free)
-    z0 = np.concatenate([[np.log(rate0) + 0.5], np.full(num_free, 0.1)])
+    log_peak = np.log(peak_flops_per_s) if peak_flops_per_s is not None else np.inf
+    start = min(np.log(rate0) + 0.5, log_peak - 1e-3)
+    z0 = np.concatenate([[start], np.full(num_free, 0.1)])
     lower = np.concatenate([[-np.inf], np.zeros(num_free)])
+    upper = np.concatenate([[log_peak], np.full(num_free, np.inf)])
     every = np.ones(len(t), dtype=bool)
     robust = least_squares(
-        residual, z0, args=(every,), bounds=(lower, np.inf), loss="soft_l1", f_scale=ROBUST_SCALE
+        residual, z0, args=(every,), bounds=(lower, upper), loss="soft_l1", f_scale=ROBUST_SCALE
     )
     r = residual(robust.x, every)
     sigma_robust = 1.4826 * float(np.median(np.abs(r - np.median(r)))) + 1e-12
     inlier = np.abs(r) <= max(OUTLIER_SIGMAS * sigma_robust, OUTLIER_MIN_REL)
     if inlier.sum() < len(z0) + 1:
         inlier = every
-    final = least_squares(residual, robust.x, args=(inlier,), bounds=(lower, np.inf))
+    final = least_squares(residual, robust.x, args=(inlier,), bounds=(lower, upper))
     r_in = residual(final.x, inlier)
     dof = max(int(inlier.sum()) - len(z0), 1)
     sigma = float(np.sqrt(np.sum(r_in**2) / dof))
@@ -147,6 +240,15 @@ def fit_gemm(samples: Sequence[GemmSample], dtype: str | None = None) -> Compute
         )
     if others:
         note = ((note + "; ") if note else "") + f"ignored {', '.join(others)} rows"
+    if peak_flops_per_s is not None and final.x[0] >= log_peak - 1e-6:
+        note = ((note + "; ") if note else "") + (
+            "the unbounded curve implied a rate above the chip's peak and was rejected; "
+            f"the rate is held at the peak {peak_flops_per_s / 1e12:.0f} TFLOP/s"
+        )
+    cv_curve: tuple[float, ...] = ()
+    cv_constant: tuple[float, ...] = ()
+    if cross_validate:
+        cv_curve, cv_constant = _cv_errors(chosen, dtype, peak_flops_per_s, hbm_bytes_per_s)
     identifiable = ("effective_flops_per_s", *(f"{_DIMS[d]}_half" for d in range(3) if free[d]))
     return ComputeFit(
         dtype=dtype,
@@ -158,7 +260,7 @@ def fit_gemm(samples: Sequence[GemmSample], dtype: str | None = None) -> Compute
         halves_stderr=(halves_err[0], halves_err[1], halves_err[2]),
         constant_flops_per_s=rate0,
         rms_rel_error=float(np.sqrt(np.mean(rel[inlier] ** 2))),
-        max_rel_error=float(np.max(np.abs(rel[inlier]))),
+        max_rel_error=float(np.max(np.abs(rel))),  # every point, outliers included
         constant_rms_rel_error=float(np.sqrt(np.mean(const_rel[inlier] ** 2))),
         r2_log=r2,
         identifiable=identifiable,
@@ -168,4 +270,9 @@ def fit_gemm(samples: Sequence[GemmSample], dtype: str | None = None) -> Compute
         fitted_s=tuple(fitted.tolist()),
         inlier=tuple(bool(b) for b in inlier),
         rows=tuple((s.file, s.line) for s in chosen),
+        peak_flops_per_s=peak_flops_per_s,
+        hbm_bytes_per_s=hbm_bytes_per_s,
+        max_dims=(float(dims[:, 0].max()), float(dims[:, 1].max()), float(dims[:, 2].max())),
+        cv_errors=cv_curve,
+        constant_cv_errors=cv_constant,
     )

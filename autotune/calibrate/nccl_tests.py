@@ -45,7 +45,22 @@ TESTS: dict[str, CollectiveOp] = {
 }
 _UNSUPPORTED = ("broadcast", "reduce", "gather", "scatter", "hypercube", "alltoallv")
 
-_TEST_RE = re.compile(r"(?<![A-Za-z0-9])([a-z_]+?)_perf(?:_mpi)?(?![A-Za-z])")
+_TOKEN_BEFORE_PERF_RE = re.compile(r"([A-Za-z0-9_]+)_perf(?:_mpi)?(?![A-Za-z])")
+_KNOWN = tuple(sorted((*TESTS, *_UNSUPPORTED), key=len, reverse=True))
+_INT_ARG = r"[= ]\s*(\d+)\b"
+#: launcher options giving the process count (mpirun, srun)
+_PROCS_RE = re.compile(r"(?:^|\s)(?:-np|-n|--np|--n|--ntasks)" + _INT_ARG)
+#: torchrun-style per-node process count, and node counts
+_PER_NODE_RE = re.compile(r"(?:^|\s)--nproc[_-]per[_-]node" + _INT_ARG)
+_NNODES_RE = re.compile(r"(?:^|\s)(?:--nnodes|--nodes)" + _INT_ARG)
+_NPERNODE_RE = re.compile(r"(?:^|\s)(?:-npernode|--npernode|--ntasks-per-node)" + _INT_ARG)
+#: `-N` is the node count for srun but the processes per node for Open MPI's mpirun
+_DASH_N_RE = re.compile(r"(?:^|\s)-N" + _INT_ARG)
+_HOSTS_RE = re.compile(r"(?:^|\s)(?:-H|--host|-host)\s+(\S+)")
+#: nccl-tests' own options after the binary: GPUs per thread, threads per process
+_GPUS_RE = re.compile(r"(?:^|\s)(?:-g|--ngpus)" + _INT_ARG)
+_THREADS_RE = re.compile(r"(?:^|\s)(?:-t|--nthreads)" + _INT_ARG)
+_NTHREAD_LINE_RE = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _RANK_RE = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
     r"\[[^\]]*\]\s*(.*)$"
@@ -64,11 +79,80 @@ class _State:
 
 
 def _test_name(text: str) -> str | None:
-    for match in _TEST_RE.finditer(text):
-        name = match.group(1)
-        if name in TESTS or name in _UNSUPPORTED:
+    """The nccl-tests binary named in `text` (`all_gather_perf`,
+    `/build/all_gather_perf_mpi`, `nccl_all_gather_perf.txt`): the longest
+    known test name ending the word before `_perf`."""
+    for match in _TOKEN_BEFORE_PERF_RE.finditer(text):
+        token = match.group(1).lower()
+        for name in _KNOWN:
+            if token == name or token.endswith("_" + name):
+                return name
+    return None
+
+
+def _file_test_name(file_name: str) -> str | None:
+    """The test named by a file name: `..._perf` anywhere in it, else a
+    known test name between separators (`rccl_all_reduce_8gpu.log`)."""
+    found = _test_name(file_name)
+    if found:
+        return found
+    stem = file_name.lower()
+    for name in _KNOWN:
+        if re.search(rf"(?:^|[^a-z0-9]|_){name}(?:$|[^a-z0-9])", stem):
             return name
     return None
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What a command line says about the run: ranks and hosts."""
+
+    ranks: int
+    hosts: int | None  # None: not stated
+    how: str
+
+
+def _launch_from_command(command: str, threads_gpus: tuple[int, int] | None) -> _Launch | None:
+    """Ranks of a run from its echoed command line: launcher processes x
+    nccl-tests threads (`-t`) x GPUs per thread (`-g`); None when the line
+    does not run an nccl-tests binary."""
+    match = _TOKEN_BEFORE_PERF_RE.search(command)
+    if not match or _test_name(command) is None:
+        return None
+    launcher, args = command[: match.start()], command[match.end() :]
+    procs_m = _PROCS_RE.search(launcher)
+    per_node_m = _PER_NODE_RE.search(launcher)
+    nodes_m = _NNODES_RE.search(launcher)
+    hosts_m = _HOSTS_RE.search(launcher)
+    npernode_m = _NPERNODE_RE.search(launcher)
+    dash_n = _DASH_N_RE.search(launcher)
+    if dash_n and re.search(r"\bsrun\b", launcher):
+        nodes_m = nodes_m or dash_n
+    elif dash_n:
+        npernode_m = npernode_m or dash_n
+    hosts: int | None = None
+    if hosts_m:
+        hosts = len([h for h in hosts_m.group(1).split(",") if h])
+    elif nodes_m:
+        hosts = int(nodes_m.group(1))
+    if procs_m:
+        procs = int(procs_m.group(1))
+        how = f"{procs} processes"
+    elif per_node_m:
+        procs = int(per_node_m.group(1)) * (hosts or 1)
+        how = f"{per_node_m.group(1)} processes per node x {hosts or 1} node(s)"
+    elif re.search(r"\b(mpirun|mpiexec|srun|torchrun)\b", launcher):
+        return None  # a launcher without a process count: the rank count is not stated
+    else:
+        procs, how, hosts = 1, "1 process", 1
+    if hosts is None and npernode_m and int(npernode_m.group(1)) > 0:
+        hosts = max(1, -(-procs // int(npernode_m.group(1))))
+    gpus_m, threads_m = _GPUS_RE.search(args), _THREADS_RE.search(args)
+    default_threads, default_gpus = threads_gpus or (1, 1)
+    gpus = int(gpus_m.group(1)) if gpus_m else default_gpus
+    threads = int(threads_m.group(1)) if threads_m else default_threads
+    how += f" x {threads} thread(s) x {gpus} GPU(s) per thread"
+    return _Launch(procs * threads * gpus, hosts, how)
 
 
 def _op_for(name: str, *, file: str, line: int | None) -> CollectiveOp:
@@ -114,10 +198,27 @@ def _piece(op: CollectiveOp, size_bytes: int, num_ranks: int) -> tuple[int, floa
 
 
 def _time_us(cells: list[str], columns: list[str], *, file: str, line: int) -> float | None:
-    """The out-of-place time, or the in-place one when that is N/A."""
+    """The smaller of the out-of-place and in-place times (both time the
+    same collective moving the same bytes; a spike in one of them is
+    interference), skipping N/A cells and groups flagged wrong."""
+    times = []
+    time_cols = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
+    for group in range(len(time_cols)):
+        value = _group_time_us(cells, columns, group, file=file, line=line)
+        if value is not None:
+            times.append(value)
+    return min(times) if times else None
+
+
+def _group_time_us(
+    cells: list[str], columns: list[str], only: int, *, file: str, line: int
+) -> float | None:
+    """The time of one column group (0 out-of-place, 1 in-place)."""
     time_cols = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
     wrong_cols = [i for i, c in enumerate(columns) if c in ("#wrong", "error")]
     for group, i in enumerate(time_cols):
+        if group != only:
+            continue
         text = cells[i]
         if text.upper() == "N/A":
             continue
@@ -156,18 +257,34 @@ def parse_nccl_tests(
     mesh axis in `axes` (a GPU log has no mesh axis of its own)."""
     digest = sha256 or hashlib.sha256(text.encode("utf-8")).hexdigest()
     state = _State()
-    stem_name = _test_name(Path(path).name)
+    stem_name = _file_test_name(Path(path).name)
     samples: list[CollectiveSample] = []
     skipped: list[int] = []
     tests_seen: list[str] = []
     ranks_seen: list[int] = []
     hosts: set[str] = set()
     gpus: set[str] = set()
+    command = ""  # the last echoed command line (continuation lines joined)
+    pending = ""
+    threads_gpus: tuple[int, int] | None = None
+    from_command: list[str] = []
+    host_counts: list[int | None] = []
 
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith(("```", "~~~")):
             continue
+        if not line.startswith("#"):
+            bare = re.sub(r"^(?:>\s*|\$\s*)+", "", line)
+            if bare.endswith("\\"):
+                pending += " " + bare[:-1]
+                continue
+            if pending or "_perf" in bare:
+                command = (pending + " " + bare).strip()
+            pending = ""
+        nthreads = _NTHREAD_LINE_RE.match(line)
+        if nthreads:
+            threads_gpus = (int(nthreads.group(1)), int(nthreads.group(2)))
         name = _test_name(line) if "_perf" in line else None
         if name is not None:
             state.op = _op_for(name, file=path, line=number)
@@ -212,13 +329,21 @@ def parse_nccl_tests(
                 "or name the file after the test (e.g. all_gather_perf.txt)",
             )
         num_ranks = len(state.ranks)
+        num_hosts: int | None = len(state.hosts)
         if num_ranks == 0:
-            raise InputError(
-                "the table has no '#  Rank' lines before it, so the rank count is unknown",
-                file=path,
-                line=number,
-                fix="paste the whole log including the '# Using devices' block",
-            )
+            launch = _launch_from_command(command, threads_gpus) if command else None
+            if launch is None:
+                raise InputError(
+                    "the table has no '#  Rank' lines before it and no command line "
+                    "stating the rank count",
+                    file=path,
+                    line=number,
+                    fix="paste the whole log including the '# Using devices' block, or the "
+                    "command line (e.g. ./build/all_gather_perf -b 8 -e 1G -g 8)",
+                )
+            num_ranks, num_hosts = launch.ranks, launch.hosts
+            if launch.how not in from_command:
+                from_command.append(launch.how)
         if num_ranks < 2:
             raise InputError(
                 f"the log lists {num_ranks} rank, which measures no communication",
@@ -233,6 +358,7 @@ def parse_nccl_tests(
         ranks_seen.append(num_ranks)
         hosts |= state.hosts
         gpus |= state.gpus
+        host_counts.append(num_hosts)
 
     if not samples:
         where = state.header_line or max(len(text.splitlines()), 1)
@@ -246,10 +372,20 @@ def parse_nccl_tests(
         )
     tests = ", ".join(f"{t}_perf" for t in tests_seen) or f"{stem_name}_perf"
     rank_counts = "/".join(str(r) for r in sorted(set(ranks_seen)))
-    links = "intra-node links" if len(hosts) == 1 else "inter-node links"
+    known_hosts = [h for h in host_counts if h is not None]
+    if len(known_hosts) < len(host_counts) or not known_hosts:
+        num_hosts_total, resource, links = None, None, "hosts not stated"
+    else:
+        num_hosts_total = max(known_hosts)
+        resource = "intra_node" if num_hosts_total == 1 else "scale_out"
+        links = "intra-node links" if num_hosts_total == 1 else "scale-out (inter-node) links"
+    device_names = tuple(sorted(g for g in gpus if g))
+    rank_note = f", rank count from the command line ({'; '.join(from_command)})"
     description = (
-        f"{tests}: {rank_counts} ranks on {len(hosts)} host(s) "
-        f"({', '.join(sorted(gpus)) or 'GPU not stated'}); {links}"
+        f"{tests}: {rank_counts} ranks on "
+        f"{num_hosts_total if num_hosts_total is not None else '?'} host(s) "
+        f"({', '.join(device_names) or 'device not stated'}); {links}"
+        + (rank_note if from_command else "")
     )
     return ParsedFile(
         path=path,
@@ -259,4 +395,7 @@ def parse_nccl_tests(
         gemms=(),
         description=description,
         skipped_lines=tuple(skipped),
+        device_names=device_names,
+        num_hosts=num_hosts_total,
+        resource=resource,
     )

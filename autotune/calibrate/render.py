@@ -4,6 +4,7 @@ measured-vs-fitted plot. Human units here, no model arithmetic."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 from rich import box
@@ -13,6 +14,26 @@ from rich.table import Table
 from autotune.calibrate.result import CalibrationResult
 from autotune.calibrate.textplot import legend, loglog_scatter
 from autotune.render_text import user_text
+
+RESOURCE_NAMES = {
+    "intra_node": "intra-node links (one host)",
+    "scale_out": "scale-out network (several hosts)",
+    "mixed": "mixed single- and multi-host logs",
+    "not stated": "not stated (benchmark CSV or unknown hosts)",
+}
+
+
+def _cv(stats: tuple[float | None, float | None, float | None] | None) -> str:
+    if stats is None or stats[0] is None:
+        return "-"
+    return f"{stats[0]:.1%} / {stats[2]:.0%}"
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
 
 
 def _us(value: float | None) -> str:
@@ -55,45 +76,89 @@ def render_calibration(
         )
     console.print(inputs)
 
+    chip = spec.chip or "unknown"
+    console.print(f"chip: {chip} ({result.chip_reason})", highlight=False)
+    resources = sorted({f.resource or "not stated" for f in result.comm_fits})
+    if resources:
+        console.print(
+            "resource calibrated: " + ", ".join(RESOURCE_NAMES.get(r, r) for r in resources),
+            highlight=False,
+        )
     if result.comm_fits:
         table = Table(
             box=box.SIMPLE,
-            title="Collectives: t = launch + (P-1)·(sync + shard/bw)",
+            title="Collectives: t = launch + (P-1)·(sync + shard/bw), per size regime",
             title_justify="left",
         )
         for column in (
             "op.axis",
+            "model",
             "n",
             "P",
             "launch µs",
             "sync µs",
             "bw GB/s",
-            "R²",
             "rms err",
             "max err",
+            "cv interp",
+            "cv extrap",
             "out",
         ):
-            table.add_column(column, justify="left" if column == "op.axis" else "right")
+            table.add_column(column, justify="left" if column in ("op.axis", "model") else "right")
         for f in result.comm_fits:
             launch = _pm(f.launch_s, f.launch_s_stderr, 1e6, 1)
             if f.combined_latency_s is not None:
                 launch = (
                     _pm(f.combined_latency_s, f.combined_latency_stderr_s, 1e6, 1) + " L+(P-1)S"
                 )
+            model = f.model if not f.regimes else f"{len(f.regimes)} regimes"
             table.add_row(
                 f"{f.op.value}.{f.axis.value}" + ("" if f.usable else " (not written)"),
+                model,
                 str(f.num_points),
                 ",".join(str(p) for p in f.ring_sizes),
                 launch,
                 _pm(f.sync_s, f.sync_s_stderr, 1e6, 1) if f.combined_latency_s is None else "-",
                 _pm(f.link_bytes_per_s, f.link_bytes_per_s_stderr, 1e-9, 1),
-                "-" if f.r2 is None else f"{f.r2:.3f}",
                 f"{f.rms_rel_error:.1%}",
                 f"{f.max_rel_error:.1%}",
+                _cv(f.cv.interpolation if f.cv else None),
+                _cv(f.cv.extrapolation if f.cv else None),
                 str(f.num_outliers),
             )
         console.print(table)
-
+        console.print(
+            "cv interp: median / worst error on each inner size left out; cv extrap: fitted "
+            "on pieces up to the cut (32 MiB), median / worst on the larger ones; "
+            "max err includes every point; the last regime's values are shown.",
+            highlight=False,
+        )
+        shown: set[tuple] = set()
+        for f in result.comm_fits:
+            if f.regimes and (f.op, f.regimes) not in shown:
+                shown.add((f.op, f.regimes))
+                regime_table = Table(
+                    box=box.SIMPLE,
+                    title=f"{f.op.value}.{f.axis.value} regimes",
+                    title_justify="left",
+                )
+                for column in ("pieces up to", "launch µs", "sync µs", "bw GB/s"):
+                    regime_table.add_column(column, justify="right")
+                for bound, launch_s, sync_s, bw in f.regimes:
+                    regime_table.add_row(
+                        "beyond" if math.isinf(bound) else _bytes(bound),
+                        f"{launch_s * 1e6:.1f}",
+                        f"{sync_s * 1e6:.1f}",
+                        f"{bw * 1e-9:.1f}",
+                    )
+                console.print(regime_table)
+            if f.cv is not None and f.cv.note:
+                console.print(f"{f.op.value}.{f.axis.value}: {f.cv.note}", highlight=False)
+            for file, line, err in f.outliers:
+                console.print(
+                    f"outlier {f.op.value}.{f.axis.value}: {file}:{line} off by {err:+.0%}",
+                    highlight=False,
+                )
     c = result.compute_fit
     if c is not None:
         table = Table(
@@ -126,9 +191,29 @@ def render_calibration(
             str(c.num_outliers),
         )
         console.print(table)
-    if spec.kept_from_base:
-        base = user_text(spec.base_calibration)
-        console.print(f"kept from {base}: {', '.join(spec.kept_from_base)}")
+    elsewhere = [
+        *(f"derived: {d}" for d in spec.derived),
+        *(f"from --base {user_text(spec.base_calibration)}: {k}" for k in spec.kept_from_base),
+        *(f"from the chip preset: {p}" for p in spec.from_preset),
+    ]
+    if elsewhere:
+        console.print("[bold]Values not fitted from the inputs[/bold]")
+        for line in elsewhere:
+            console.print(f"  {user_text(line, 200)}", highlight=False)
+    if spec.expected_error is not None:
+        e = spec.expected_error
+        parts = []
+        if e.collective_median_rel_error is not None:
+            parts.append(
+                f"collectives {e.collective_median_rel_error:.1%} median, "
+                f"{e.collective_worst_rel_error:.0%} worst"
+            )
+        if e.compute_median_rel_error is not None:
+            parts.append(
+                f"compute {e.compute_median_rel_error:.1%} median, "
+                f"{e.compute_worst_rel_error:.0%} worst"
+            )
+        console.print(f"expected error (held out): {'; '.join(parts)}", highlight=False)
 
     series = plot_series(result)
     console.print("\n[bold]Measured vs fitted[/bold] (points on the dotted diagonal fit exactly)")

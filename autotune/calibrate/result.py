@@ -10,8 +10,11 @@ warns which pairs the planner needs are missing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from autotune import __version__
 from autotune.calibrate.fit_comm import CommFit
@@ -23,10 +26,14 @@ from autotune.specs.calibration import (
     CalibrationSpec,
     CollectiveFit,
     ComputeSpec,
+    CrossValidation,
     EfficiencyCurve,
+    ExpectedError,
     LinkSpec,
+    RegimeSpec,
     SourceFile,
 )
+from autotune.specs.chip import ChipSpec
 
 #: (operation, mesh axis) pairs the planner prices: the MeshSlice collectives
 #: on both axes, and send-recv for layout transposes
@@ -52,14 +59,46 @@ class CalibrationResult:
     comm_fits: tuple[CommFit, ...]
     compute_fit: ComputeFit | None
     warnings: tuple[str, ...]
+    chip_reason: str = ""  # how the chip was found, or why it was not
+
+
+def _cross_validation(fit: CommFit) -> CrossValidation | None:
+    cv = fit.cv
+    if cv is None:
+        return None
+    i_med, i_p90, i_max = cv.interpolation
+    e_med, _, e_max = cv.extrapolation
+    return CrossValidation(
+        interpolation_median_rel_error=i_med,
+        interpolation_p90_rel_error=i_p90,
+        interpolation_worst_rel_error=i_max,
+        extrapolation_cut_shard_bytes=(
+            cv.extrapolation_cut_bytes if cv.extrapolation_errors else None
+        ),
+        extrapolation_median_rel_error=e_med,
+        extrapolation_worst_rel_error=e_max,
+        note=cv.note,
+    )
 
 
 def _link_spec(fit: CommFit) -> LinkSpec:
     assert fit.link_bytes_per_s is not None
+    regimes = None
+    if fit.regimes:
+        regimes = [
+            RegimeSpec(
+                max_shard_bytes=None if math.isinf(bound) else bound,
+                launch_s=launch,
+                sync_s=sync,
+                link_bytes_per_s=bw,
+            )
+            for bound, launch, sync, bw in fit.regimes
+        ]
     return LinkSpec(
         launch_s=fit.launch_s,
         sync_s=fit.sync_s,
         link_bytes_per_s=fit.link_bytes_per_s,
+        regimes=regimes,
         fit=CollectiveFit(
             num_points=fit.num_points,
             ring_sizes=list(fit.ring_sizes),
@@ -74,18 +113,38 @@ def _link_spec(fit: CommFit) -> LinkSpec:
             num_outliers=fit.num_outliers,
             combined_latency_s=fit.combined_latency_s,
             combined_latency_s_stderr=fit.combined_latency_stderr_s,
+            model=fit.model,
+            shard_bytes_min=fit.shard_bytes_range[0],
+            shard_bytes_max=fit.shard_bytes_range[1],
+            resource=fit.resource,
+            cross_validation=_cross_validation(fit),
+            outliers=[f"{f}:{line} ({err:+.0%})" for f, line, err in fit.outliers],
         ),
     )
 
 
-def _compute_spec(fit: ComputeFit) -> ComputeSpec:
+def _compute_spec(fit: ComputeFit, chip: ChipSpec | None) -> ComputeSpec:
     m_half, n_half, k_half = fit.halves
     m_err, n_err, k_err = fit.halves_stderr
+    cv = np.asarray(fit.cv_errors)
+    const_cv = np.asarray(fit.constant_cv_errors)
     return ComputeSpec(
         dtype=fit.dtype,
         effective_flops_per_s=fit.effective_flops_per_s,
-        efficiency_curve=EfficiencyCurve(m_half=m_half, n_half=n_half, k_half=k_half),
+        efficiency_curve=EfficiencyCurve(
+            m_half=m_half,
+            n_half=n_half,
+            k_half=k_half,
+            max_dims=list(fit.max_dims) if fit.max_dims else None,
+        ),
+        peak_flops_per_s=fit.peak_flops_per_s,
+        hbm_bytes_per_s=fit.hbm_bytes_per_s,
+        source=None if chip is None else f"fitted; roofline of chip preset {chip.name}",
         fit={
+            "cv_median_rel_error": float(np.median(cv)) if cv.size else None,
+            "cv_worst_rel_error": float(cv.max()) if cv.size else None,
+            "constant_cv_median_rel_error": float(np.median(const_cv)) if const_cv.size else None,
+            "outliers": ", ".join(f"{f}:{line}" for f, line in fit.outliers) or None,
             "num_points": fit.num_points,
             "num_outliers": fit.num_outliers,
             "r2_log": fit.r2_log,
@@ -103,6 +162,25 @@ def _compute_spec(fit: ComputeFit) -> ComputeSpec:
     )
 
 
+def _expected_error(
+    comm_fits: Sequence[CommFit], compute_fit: ComputeFit | None
+) -> ExpectedError | None:
+    errors = [e for f in comm_fits if f.usable and f.cv for e in f.cv.interpolation_errors]
+    extrap = [e for f in comm_fits if f.usable and f.cv for e in f.cv.extrapolation_errors]
+    compute_errors = list(compute_fit.cv_errors) if compute_fit is not None else []
+    if not errors and not compute_errors:
+        return None
+    every = errors + extrap
+    return ExpectedError(
+        collective_median_rel_error=float(np.median(errors)) if errors else None,
+        collective_worst_rel_error=float(np.max(every)) if every else None,
+        compute_median_rel_error=float(np.median(compute_errors)) if compute_errors else None,
+        compute_worst_rel_error=float(np.max(compute_errors)) if compute_errors else None,
+        basis="collectives: each inner size left out in turn (median), worst also over the "
+        "fit-small/predict-large split; compute: each GEMM shape left out in turn",
+    )
+
+
 def build_result(
     files: Sequence[ParsedFile],
     comm_fits: Sequence[CommFit],
@@ -111,9 +189,16 @@ def build_result(
     name: str,
     base: CalibrationSpec | None = None,
     base_ref: str | None = None,
+    chip: ChipSpec | None = None,
+    chip_reason: str = "",
+    axes: Sequence[str] = ("row", "col"),
 ) -> CalibrationResult:
-    """Assemble the calibration: fitted entries, then (only for what no
-    input covers) the base calibration's entries."""
+    """Assemble the calibration: fitted entries, then what can be derived
+    from them, then (only for what is still missing) the base calibration's
+    entries, then the chip preset's compute rate; every entry not fitted is
+    listed and warned about."""
+    from autotune.calibrate.coverage import derive_links, preset_compute_rate
+
     warnings: list[str] = []
     collectives: dict[str, dict[str, LinkSpec]] = {}
     for fit in comm_fits:
@@ -126,15 +211,23 @@ def build_result(
             warnings.append(f"{pair}: poor fit, RMS relative error {fit.rms_rel_error:.0%}")
         if fit.note:
             warnings.append(f"{pair}: {fit.note}")
+        if fit.resource == "mixed":
+            warnings.append(
+                f"{pair}: pools single-host and multi-host logs (intra-node and scale-out "
+                "links); calibrate them separately, one per --axis"
+            )
+    derived, derive_warnings = derive_links(collectives, axes)
+    warnings.extend(derive_warnings)
     kept: list[str] = []
     if base is not None:
-        for op, axes in base.collectives.items():
-            for axis, link in axes.items():
+        for op, base_axes in base.collectives.items():
+            for axis, link in base_axes.items():
                 if axis not in collectives.get(op, {}):
                     collectives.setdefault(op, {})[axis] = link
                     kept.append(f"{op}.{axis}")
+    from_preset: list[str] = []
     if compute_fit is not None:
-        compute = _compute_spec(compute_fit)
+        compute = _compute_spec(compute_fit, chip)
         if compute_fit.note:
             warnings.append(f"compute: {compute_fit.note}")
         if compute_fit.rms_rel_error > POOR_FIT_RMS:
@@ -143,18 +236,54 @@ def build_result(
     elif base is not None:
         compute = base.compute
         kept.append("compute")
-    else:
-        raise InputError(
-            "no gemm rows in the inputs, and a calibration needs a compute rate",
-            field="compute",
-            fix="add gemm rows (meshtune bench) or pass --base CAL to keep its compute entry",
+    elif chip is not None:
+        rate = preset_compute_rate(chip)
+        compute = ComputeSpec(
+            dtype="bf16",
+            effective_flops_per_s=rate,
+            efficiency_curve=None,
+            peak_flops_per_s=rate,
+            hbm_bytes_per_s=chip.hbm_bytes_per_s,
+            source=f"chip preset {chip.name} ({chip.figures.value} figures): {chip.source}",
         )
+        from_preset.append(f"compute (bf16 peak of {chip.name})")
+        warnings.append(
+            f"compute: no gemm rows, so the rate is the {chip.name} preset's bf16 peak "
+            f"{rate / 1e12:.0f} TFLOP/s ({chip.figures.value}); real GEMMs reach less: "
+            "measure them (meshtune bench) for a fitted curve"
+        )
+    elif not any(f.usable for f in comm_fits):
+        raise InputError(
+            f"the inputs measure nothing a calibration holds: no gemm rows, no collective "
+            f"fits, and no chip known ({chip_reason})",
+            field="compute",
+            fix="pass --chip PRESET (see meshtune presets), add gemm rows (meshtune bench), "
+            "or pass --base CAL to keep its compute entry",
+        )
+    else:
+        compute = None
+        warnings.append(
+            f"compute: no gemm rows and no chip preset ({chip_reason}), so the calibration "
+            "has no compute entry; meshtune plan will use the cluster's nominal peak and say "
+            "so; pass --chip PRESET or add gemm rows"
+        )
+    for entry in kept:
+        warnings.append(f"{entry}: taken unchanged from --base {base_ref}, not measured")
     missing = [f"{op}.{axis}" for op, axis in PLANNER_PAIRS if axis not in collectives.get(op, {})]
     if missing:
         warnings.append(
             f"the planner will stop with an error if it needs {', '.join(missing)}: "
             "measure them or pass --base CAL"
         )
+    overlap = base.overlap_slowdown if base is not None else 1.0
+    if base is None:
+        warnings.append(
+            "overlap_slowdown: not measured, 1.0 assumed (compute is not slowed by a "
+            "collective running beside it); meshtune bench measures it"
+        )
+    elif "overlap_slowdown" not in kept:
+        kept.append("overlap_slowdown")
+        warnings.append(f"overlap_slowdown: taken unchanged from --base {base_ref}")
     inputs = [
         SourceFile(
             path=f.path,
@@ -167,8 +296,12 @@ def build_result(
     ]
     described = "; ".join(f"{f.path} ({f.description})" for f in files)
     source = f"fitted by meshtune calibrate {__version__} from {described}"
+    if derived:
+        source += f"; derived: {', '.join(derived)}"
     if kept:
         source += f"; kept from {base_ref}: {', '.join(kept)}"
+    if from_preset:
+        source += f"; from the chip preset: {', '.join(from_preset)}"
     spec = CalibrationSpec(
         schema_=CALIBRATION_SCHEMA,
         name=name,
@@ -176,10 +309,14 @@ def build_result(
         tool_version=__version__,
         collectives=collectives,
         compute=compute,
-        overlap_slowdown=base.overlap_slowdown if base is not None else 1.0,
+        overlap_slowdown=overlap,
         inputs=inputs,
         base_calibration=base_ref if base is not None else None,
         kept_from_base=kept,
+        chip=chip.name if chip is not None else None,
+        derived=derived,
+        from_preset=from_preset,
+        expected_error=_expected_error(comm_fits, compute_fit),
     )
     return CalibrationResult(
         spec=spec,
@@ -187,6 +324,7 @@ def build_result(
         comm_fits=tuple(comm_fits),
         compute_fit=compute_fit,
         warnings=tuple(warnings),
+        chip_reason=chip_reason,
     )
 
 

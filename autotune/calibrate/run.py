@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from autotune.calibrate.csv_format import looks_like_csv, parse_csv
@@ -63,18 +64,50 @@ def calibrate(
     axes: tuple[Axis, ...] = (Axis.ROW, Axis.COL),
     name: str = "calibration",
     base_ref: str | None = None,
+    chip_ref: str | None = None,
+    model: str = "auto",
 ) -> CalibrationResult:
     """Fit a calibration from `paths`; nccl-tests rows are assigned to the
-    mesh axes `axes`; `base_ref` (a preset or file) supplies the entries no
-    input covers. Raises InputError on bad input before anything is fitted."""
+    mesh axes `axes`; the chip comes from `chip_ref` or the logs' device
+    lines and bounds the GEMM curve (and supplies compute without GEMM
+    rows); `base_ref` (a preset or file) supplies, with a warning, entries
+    nothing else covers; `model` is auto, regimes or linear for the
+    collectives. Raises InputError on bad input before anything is fitted."""
+    from autotune.calibrate.coverage import detect_chip
     from autotune.calibrate.fit_comm import fit_all
-    from autotune.calibrate.fit_compute import fit_gemm
+    from autotune.calibrate.fit_compute import choose_dtype, fit_gemm
     from autotune.loading import load_calibration
 
     files = [read_input(p, axes) for p in paths]
     base = load_calibration(base_ref)[0] if base_ref else None
+    chip, chip_reason, chip_warnings = detect_chip(files, chip_ref)
     collectives = [s for f in files for s in f.collectives]
     gemms = [s for f in files for s in f.gemms]
-    comm_fits = fit_all(collectives)
-    compute_fit = fit_gemm(gemms) if gemms else None
-    return build_result(files, comm_fits, compute_fit, name=name, base=base, base_ref=base_ref)
+    resources = {f.path: f.resource for f in files}
+    comm_fits = fit_all(collectives, model, resources)
+    compute_fit = None
+    if gemms:
+        dtype = choose_dtype(gemms)
+        peak = chip.peak_flops_per_s(dtype) if chip is not None and chip.has_dtype(dtype) else None
+        hbm = chip.hbm_bytes_per_s if chip is not None else None
+        compute_fit = fit_gemm(gemms, dtype, peak, hbm)
+    result = build_result(
+        files,
+        comm_fits,
+        compute_fit,
+        name=name,
+        base=base,
+        base_ref=base_ref,
+        chip=chip,
+        chip_reason=chip_reason,
+        axes=tuple(a.value for a in axes),
+    )
+    if chip_warnings or chip is None:
+        extra = list(chip_warnings)
+        if chip is None:
+            extra.append(
+                f"chip unknown ({chip_reason}): the GEMM curve has no roofline ceiling; "
+                "name the chip with --chip"
+            )
+        result = replace(result, warnings=(*extra, *result.warnings))
+    return result

@@ -46,6 +46,9 @@ class ParsedFile:
     gemms: tuple[GemmSample, ...]
     description: str  # e.g. "all_gather_perf, 8 ranks on 1 host (NVIDIA H100)"
     skipped_lines: tuple[int, ...] = ()
+    device_names: tuple[str, ...] = ()  # device text of the log's rank lines
+    num_hosts: int | None = None  # hosts the ranks ran on; None when not stated
+    resource: str | None = None  # intra_node, scale_out, or None (not stated / CSV)
 
     @property
     def num_rows(self) -> int:

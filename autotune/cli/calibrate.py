@@ -1,4 +1,5 @@
-"""`meshtune calibrate`: fit a calibration from benchmark measurements."""
+"""`meshtune calibrate`: fit a calibration from benchmark measurements, or
+check an existing one against new measurements."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import click
 
 from autotune.cli.common import OutputPath, format_option, guarded
+from autotune.errors import InputError
 
 
 @click.command()
@@ -14,9 +16,17 @@ from autotune.cli.common import OutputPath, format_option, guarded
 @click.option(
     "--out",
     "out",
-    required=True,
+    default=None,
     type=OutputPath(),
     help="Calibration JSON to write (atomically; nothing is written on bad input).",
+)
+@click.option(
+    "--check",
+    "check_cal",
+    metavar="CAL.json",
+    default=None,
+    help="Instead of fitting, predict every measurement in FILE... with this calibration "
+    "and report predicted, measured and error per row.",
 )
 @format_option(help="Report as tables and a plot, or print the JSON.")
 @click.option(
@@ -27,11 +37,29 @@ from autotune.cli.common import OutputPath, format_option, guarded
     help="Mesh axis the rings of nccl-tests logs stand for.",
 )
 @click.option(
+    "--chip",
+    "chip",
+    metavar="PRESET_OR_FILE",
+    default=None,
+    help="Chip the measurements ran on (default: matched from the logs' device lines); "
+    "its peak bounds the GEMM curve and gives compute when there are no GEMM rows.",
+)
+@click.option(
+    "--collective-model",
+    "collective_model",
+    type=click.Choice(["auto", "regimes", "linear"]),
+    default="auto",
+    show_default=True,
+    help="One straight line, one line per size regime, or regimes when they predict "
+    "left-out sizes better.",
+)
+@click.option(
     "--base",
     "base",
     metavar="FILE_OR_PRESET",
     default=None,
-    help="Calibration whose entries are kept for pairs the inputs do not cover.",
+    help="Calibration whose entries are kept, with a warning each, for what the inputs "
+    "neither measure nor determine.",
 )
 @click.option(
     "--plot",
@@ -42,26 +70,59 @@ from autotune.cli.common import OutputPath, format_option, guarded
 )
 @guarded
 def calibrate(
-    files: tuple[str, ...], out: str, fmt: str, axis: str, base: str | None, plot: str | None
+    files: tuple[str, ...],
+    out: str | None,
+    check_cal: str | None,
+    fmt: str,
+    axis: str,
+    chip: str | None,
+    collective_model: str,
+    base: str | None,
+    plot: str | None,
 ) -> None:
-    """Fit collective (launch, sync, bandwidth per op and mesh axis) and GEMM
-    (rate and efficiency curve) models from FILE... (meshtune benchmark CSVs
-    and raw nccl-tests logs) and write a calibration for `meshtune plan
-    --calibration`.
+    """Fit collective (launch, sync, bandwidth per size regime, op and mesh
+    axis) and GEMM (rate, efficiency curve, roofline) models from FILE...
+    (meshtune benchmark CSVs and raw nccl-tests / rccl-tests logs) and write
+    a calibration for `meshtune plan --calibration`; with --check CAL.json,
+    report how well CAL.json predicts FILE... instead.
 
     Exit codes: 0 ok, 2 bad input.
     """
-    from autotune.calibrate.result import to_json
-    from autotune.calibrate.run import calibrate as run_calibrate
-    from autotune.io import atomic_write_text
     from cost_models import Axis
 
     axes = (Axis.ROW, Axis.COL) if axis == "both" else (Axis(axis),)
+    if check_cal is not None:
+        if out is not None or plot is not None or base is not None:
+            raise InputError(
+                "--check reads a calibration and writes nothing",
+                field="--check",
+                value=check_cal,
+                fix="drop --out, --plot and --base, or drop --check to fit",
+            )
+        _check(check_cal, files, axes, fmt)
+        return
+    if out is None:
+        raise InputError(
+            "needs --out CAL.json (where to write the calibration) or --check CAL.json",
+            field="--out",
+            fix="add --out my_cal.json",
+        )
+    from autotune.calibrate.result import to_json
+    from autotune.calibrate.run import calibrate as run_calibrate
+    from autotune.io import atomic_write_text
+
     if plot:
         from autotune.calibrate.plot_png import require_matplotlib
 
         require_matplotlib()
-    result = run_calibrate(list(files), axes=axes, name=Path(out).stem, base_ref=base)
+    result = run_calibrate(
+        list(files),
+        axes=axes,
+        name=Path(out).stem,
+        base_ref=base,
+        chip_ref=chip,
+        model=collective_model,
+    )
     text = to_json(result)
     atomic_write_text(out, text)
     if plot:
@@ -77,3 +138,19 @@ def calibrate(
         render_calibration(result, out)
         if plot:
             click.echo(f"wrote {plot}")
+
+
+def _check(cal_ref: str, files: tuple[str, ...], axes: tuple, fmt: str) -> None:
+    import json
+
+    from autotune.calibrate.check import check, to_dict
+    from autotune.loading import load_calibration
+
+    calibration, shown = load_calibration(cal_ref)
+    result = check(calibration, shown, list(files), axes)
+    if fmt == "json":
+        click.echo(json.dumps(to_dict(result), indent=2))
+    else:
+        from autotune.calibrate.render_check import render_check
+
+        render_check(result)

@@ -21,8 +21,9 @@ from autotune.plan.dataflow import Stationary, output_state, table1
 from autotune.plan.layers import ATTN_OUT, FFN_DOWN, QKV, FCLayer, fc_layers
 from autotune.plan.results import PlanResult
 from autotune.plan.search import MeshEvaluator, SearchContext, mesh_shapes, plan, search_context
+from autotune.specs.cluster import Topology
 from autotune.specs.plan_input import DataflowPolicy, PlanInput
-from cost_models import MeshShape, TimeBreakdown, transpose_cost
+from cost_models import Axis, CommModel, MeshShape, TimeBreakdown, transpose_cost
 from cost_models.baselines.cannon import cannon_gemm
 from cost_models.baselines.collective import collective_gemm
 from cost_models.baselines.common import InfeasibleError
@@ -208,13 +209,14 @@ def _two_d_baseline(
     choices = [(lp.stationary, lp.transposed) for lp in ms.layers]
     qkv = next(lp for lp in ms.layers if lp.layer.name == QKV)
     attention_state = output_state(qkv.stationary, qkv.transposed)
-    fn = _two_d_fn(algorithm, ctx)
     count = layers[0].count_per_step
     best: tuple[float, MeshShape, TimeBreakdown] | None = None
     reasons: list[str] = []
     meshes = mesh_shapes(inp.cluster, ms.tp_chips, inp.source_file)
     for mesh in meshes:
-        why = MeshEvaluator(inp, layers, mesh, ctx).attention_check(attention_state)
+        mesh_ctx = ctx.for_mesh(mesh)
+        fn = _two_d_fn(algorithm, mesh_ctx)
+        why = MeshEvaluator(inp, layers, mesh, mesh_ctx).attention_check(attention_state)
         if why is not None:
             reasons.append(f"{mesh}: {why}")
             continue
@@ -224,7 +226,7 @@ def _two_d_baseline(
             reasons.append(f"{mesh}: {exc.reason}")
             continue
         for t in ms.transposes:
-            c = transpose_cost(t.rows, t.cols, ctx.element_bytes, mesh, ctx.comm).scaled(2.0)
+            c = transpose_cost(t.rows, t.cols, ctx.element_bytes, mesh, mesh_ctx.comm).scaled(2.0)
             block = block + TimeBreakdown(c.total_s, 0.0, c.launch_s, c.sync_s, c.transfer_s)
         step = block.scaled(count)
         if best is None or step.total_s < best[0]:
@@ -244,7 +246,9 @@ def _two_d_baseline(
         )
     time_s, mesh, step = best
     settings = (
-        _summa_settings(inp, ctx, layers, choices, mesh) if algorithm is Algorithm.SUMMA else None
+        _summa_settings(inp, ctx.for_mesh(mesh), layers, choices, mesh)
+        if algorithm is Algorithm.SUMMA
+        else None
     )
     return AlgorithmResult(
         algorithm,
@@ -258,6 +262,20 @@ def _two_d_baseline(
         settings,
         len(meshes),
     )
+
+
+def _one_d_comm(ctx: SearchContext, mesh: MeshShape) -> CommModel:
+    """Links of a ring through every tensor-parallel chip. On a torus
+    calibrated per mesh axis: the calibration as is (the 1D formulas take
+    one axis's worth of its links). On a cluster with a known topology: the
+    resource the `1 x P` (or `P x 1`) mesh's long axis is placed on, for
+    both axes, so 1D is priced by the same placement as 2D."""
+    if ctx.cluster.topology is Topology.TORUS and ctx.cluster.spec.torus is None:
+        return ctx.comm
+    placed = ctx.for_mesh(mesh).comm
+    axis = Axis.COL if mesh.num_rows == 1 else Axis.ROW
+    params = {(op, ax): link for (op, a), link in placed.params.items() if a is axis for ax in Axis}
+    return CommModel(params)
 
 
 def megatron_stationary(layer: FCLayer) -> Stationary:
@@ -279,15 +297,15 @@ def _one_d_baseline(
 ) -> AlgorithmResult:
     """1D TP (Megatron) or FSDP on a ring of all tensor-parallel chips."""
     chips = ms.tp_chips
-    e, comm, comp = ctx.element_bytes, ctx.comm, ctx.compute
+    e, comp = ctx.element_bytes, ctx.compute
+    mesh = MeshShape(1, chips) if algorithm is Algorithm.ONE_D_TP else MeshShape(chips, 1)
+    comm = _one_d_comm(ctx, mesh)
     if algorithm is Algorithm.ONE_D_TP:
-        mesh = MeshShape(1, chips)
         choices = [(megatron_stationary(layer), False) for layer in layers]
 
         def fn(df, m, n, k, _mesh, t):
             return one_d_tp_gemm(df, m, n, k, chips, e, comm, comp, t)
     else:
-        mesh = MeshShape(chips, 1)
         choices = [(Stationary.Y, False) for _ in layers]
 
         def fn(df, m, n, k, _mesh, t):

@@ -7,6 +7,7 @@ from autotune.loading import calibration_file, sha256_of
 from autotune.plan.results import GemmPlan, LayerPlan, PlanResult
 from autotune.plan.schema import (
     PLAN_SCHEMA,
+    AxisDoc,
     BreakdownDoc,
     CalibrationRefDoc,
     CandidateDoc,
@@ -16,6 +17,7 @@ from autotune.plan.schema import (
     InputsDoc,
     LayerDoc,
     MeshDoc,
+    OneDDoc,
     PhysicalGemmDoc,
     PlanDocument,
     SummaryDoc,
@@ -159,16 +161,55 @@ def to_document(result: PlanResult) -> PlanDocument:
             for c in result.candidates
         ],
         dataflow_comparison=comparison,
+        mesh_axes=_axes(result),
+        one_d_comparison=_one_d(result),
         inputs=InputsDoc(
             plan_file=inp.source_file,
             model=inp.model.model_dump(mode="json"),
             training=inp.training.model_dump(mode="json"),
-            cluster=inp.cluster.model_dump(mode="json"),
+            cluster=inp.cluster.document(),
             cluster_ref=inp.cluster_ref,
             calibration=_calibration_ref(result),
             search=inp.search.model_dump(mode="json"),
             dataflow_policy=result.policy.value,
         ),
+    )
+
+
+def _axes(result: PlanResult) -> list[AxisDoc]:
+    p = result.placement
+    if p is None:
+        return []
+    return [
+        AxisDoc(
+            axis=a.axis.value,
+            size=a.size,
+            kind=a.kind.value,
+            resource=a.resource,
+            link_multiplier=a.link_multiplier,
+            nominal_bytes_per_s=a.nominal_bytes_per_s,
+            spans_nodes=a.spans_nodes,
+            description=a.description,
+        )
+        for a in (p.row, p.col)
+    ]
+
+
+def _one_d(result: PlanResult) -> OneDDoc | None:
+    o = result.one_d
+    if o is None:
+        return None
+
+    def shape(m):
+        return None if m is None else [m.num_rows, m.num_cols]
+
+    return OneDDoc(
+        two_d_mesh=shape(o.two_d_mesh),
+        two_d_step_fc_time_s=o.two_d_step_fc_time_s,
+        one_d_mesh=shape(o.one_d_mesh),
+        one_d_step_fc_time_s=o.one_d_step_fc_time_s,
+        two_d_speedup=o.two_d_speedup,
+        note=o.note,
     )
 
 

@@ -7,7 +7,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from autotune.plan.results import PlanResult, breakdown_shares
+from autotune.plan.results import OneDComparison, PlanResult, breakdown_shares
 from autotune.render_text import user_text
 
 _PASS_LABEL = {"forward": "fwd", "backward_data": "bwd-data", "backward_weight": "bwd-weight"}
@@ -27,6 +27,18 @@ def fmt_s(seconds: float | None) -> str:
 def fmt_pct(fraction: float | None) -> str:
     """A fraction as a percentage."""
     return "-" if fraction is None else f"{fraction * 100:.1f}%"
+
+
+def one_d_line(one: OneDComparison) -> str:
+    """2D against 1D in words, with both times."""
+    if one.two_d_speedup is None:
+        return f"2D vs 1D: {one.note}"
+    verdict = "2D beats 1D" if one.two_d_speedup > 1 else "1D beats 2D"
+    return (
+        f"2D vs 1D: {verdict}: best 2D mesh {one.two_d_mesh} {fmt_s(one.two_d_step_fc_time_s)}, "
+        f"best 1D mesh {one.one_d_mesh} {fmt_s(one.one_d_step_fc_time_s)} "
+        f"(1D/2D = {one.two_d_speedup:.2f}x)"
+    )
 
 
 def render_plan(result: PlanResult, console: Console | None = None) -> None:
@@ -57,6 +69,18 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
         f"   FLOP utilization: [bold]{util}[/bold]"
         + ("   residual stream stored transposed" if result.residual_transposed else "")
     )
+    if result.placement is not None:
+        shared = (
+            "row and col traffic share one resource (their bytes add)"
+            if result.placement.shared
+            else "row and col traffic run on separate resources (they overlap)"
+        )
+        for a in (result.placement.row, result.placement.col):
+            console.print(f"  {a.axis.value} axis ({a.size}): {a.description}")
+        console.print(f"  {shared}")
+    one = result.one_d
+    if one is not None:
+        console.print(one_d_line(one))
 
     layers = Table(
         title="FC layers (per training step, busiest pipeline stage)", box=box.SIMPLE_HEAD

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.hardware.placement import MeshPlacement
 from autotune.plan.dataflow import GemmShape, Stationary, TensorLayout
 from autotune.plan.layers import FCLayer
 from autotune.plan.phase1 import Transpose
@@ -70,6 +71,26 @@ class DataflowComparison:
 
 
 @dataclass(frozen=True)
+class OneDComparison:
+    """The best 2D mesh against the best 1D one (`1 x P` or `P x 1`, i.e.
+    Megatron-style 1D tensor parallelism or a 1D collective matmul), both
+    priced by the same placement and cost model."""
+
+    two_d_mesh: MeshShape | None
+    two_d_step_fc_time_s: float | None
+    one_d_mesh: MeshShape | None
+    one_d_step_fc_time_s: float | None
+    note: str | None
+
+    @property
+    def two_d_speedup(self) -> float | None:
+        """1D time / 2D time (> 1: 2D is faster), when both are feasible."""
+        if self.two_d_step_fc_time_s and self.one_d_step_fc_time_s:
+            return self.one_d_step_fc_time_s / self.two_d_step_fc_time_s
+        return None
+
+
+@dataclass(frozen=True)
 class PlanResult:
     """The chosen plan and the evidence behind it."""
 
@@ -87,6 +108,8 @@ class PlanResult:
     candidates: tuple[MeshCandidate, ...]
     comparison: DataflowComparison | None
     warnings: tuple[str, ...] = ()
+    placement: MeshPlacement | None = None
+    one_d: OneDComparison | None = None
 
     @property
     def step_fc_time_s(self) -> float:

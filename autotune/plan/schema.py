@@ -146,6 +146,30 @@ class ComparisonDoc(_Doc):
     note: str | None
 
 
+class AxisDoc(_Doc):
+    """The physical resource one mesh axis runs on."""
+
+    axis: Literal["row", "col"] = Field(description="Mesh axis.")
+    size: int = Field(description="Chips along it.")
+    kind: str = Field(description="torus, switched, fully_connected, scale_out or axis.")
+    resource: str = Field(description="Resource name; axes naming the same one share it.")
+    link_multiplier: float = Field(description="Calibrated unit links the axis gets.")
+    nominal_bytes_per_s: float | None = Field(description="Data-sheet bandwidth it gets.")
+    spans_nodes: bool = Field(description="Whether it crosses nodes (bounded by the NIC).")
+    description: str = Field(description="In words.")
+
+
+class OneDDoc(_Doc):
+    """The best 2D mesh against the best 1D (1 x P or P x 1) mesh."""
+
+    two_d_mesh: list[int] | None
+    two_d_step_fc_time_s: float | None
+    one_d_mesh: list[int] | None
+    one_d_step_fc_time_s: float | None
+    two_d_speedup: float | None = Field(description="1D time / 2D time (> 1: 2D is faster).")
+    note: str | None
+
+
 class SummaryDoc(_Doc):
     """Totals per training step (busiest pipeline stage)."""
 
@@ -196,6 +220,8 @@ class PlanDocument(_Doc):
     transposes: list[TransposeDoc]
     mesh_candidates: list[CandidateDoc]
     dataflow_comparison: ComparisonDoc | None
+    mesh_axes: list[AxisDoc] = Field(description="The resource under each mesh axis.")
+    one_d_comparison: OneDDoc | None
     inputs: InputsDoc
 
 

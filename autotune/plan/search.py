@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from autotune.errors import InputError, NoFeasiblePlanError
-from autotune.hardware.calibration import comm_model, compute_model
+from autotune.plan.context import SearchContext, check_calibration, search_context
 from autotune.plan.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
 from autotune.plan.layers import FCLayer, fc_layers
 from autotune.plan.phase1 import Selection, Transpose, select
-from autotune.plan.results import DataflowComparison, GemmPlan, LayerPlan, MeshCandidate, PlanResult
+from autotune.plan.results import (
+    DataflowComparison,
+    GemmPlan,
+    LayerPlan,
+    MeshCandidate,
+    OneDComparison,
+    PlanResult,
+)
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
 from cost_models import (
     Axis,
     CollectiveOp,
-    CommModel,
-    ComputeModel,
     MeshShape,
     TimeBreakdown,
     meshslice_estimate,
@@ -36,70 +40,6 @@ from cost_models import (
     valid_slice_counts,
 )
 from cost_models.divisors import divisors
-
-
-@dataclass(frozen=True)
-class SearchContext:
-    """Everything the per-GEMM cost needs, in base units."""
-
-    comm: CommModel
-    compute: ComputeModel
-    element_bytes: int
-    block: int
-    overlap_slowdown: float
-    max_slices: int | None
-    scope: SliceScope
-
-
-def search_context(inp: PlanInput) -> SearchContext:
-    """Cost-model inputs of a plan (the cluster's overlap slowdown, when
-    given, overrides the calibration's)."""
-    slowdown = inp.cluster.overlap_slowdown
-    return SearchContext(
-        comm=comm_model(inp.calibration),
-        compute=compute_model(inp.calibration),
-        element_bytes=inp.training.dtype.num_bytes,
-        block=inp.cluster.block_size,
-        overlap_slowdown=slowdown if slowdown is not None else inp.calibration.overlap_slowdown,
-        max_slices=inp.search.max_slice_count,
-        scope=inp.search.slice_count_per,
-    )
-
-
-def check_calibration(inp: PlanInput) -> tuple[str, ...]:
-    """Refuse a calibration that cannot price MeshSlice (all-gather and
-    reduce-scatter on both mesh axes); return warnings for softer gaps."""
-    comm = comm_model(inp.calibration)
-    where = inp.calibration_ref or inp.calibration.name
-    for op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
-        for axis in Axis:
-            if not comm.has(op, axis):
-                raise InputError(
-                    f"has no {op.value} parameters for the {axis.value} axis, which every "
-                    "MeshSlice GEMM needs",
-                    file=where,
-                    field=f"collectives.{op.value}.{axis.value}",
-                    fix=f"measure {op.value} along the {axis.value} axis and rerun "
-                    "`meshtune calibrate`, or start from a calibration that has it",
-                )
-    warnings = []
-    if not all(comm.has(CollectiveOp.SEND_RECV, axis) for axis in Axis):
-        warnings.append(
-            f"calibration {inp.calibration.name} has no send_recv parameters on both axes: "
-            "dataflow choices that need a transpose are not considered"
-        )
-    dtype = inp.training.dtype.value
-    if inp.calibration.compute.dtype != dtype:
-        warnings.append(
-            f"the calibration's compute rate was measured for {inp.calibration.compute.dtype} "
-            f"but training uses {dtype}: compute times assume the measured rate"
-        )
-    if inp.cluster.peak_flops_per_s(dtype) is None:
-        warnings.append(
-            f"cluster {inp.cluster.name} gives no peak_tflops_per_s for {dtype}: "
-            "FLOP utilization is not reported"
-        )
-    return tuple(warnings)
 
 
 def tp_chip_count(inp: PlanInput) -> int:
@@ -318,7 +258,7 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
     count = layers[0].count_per_step
     rows: list[tuple[MeshShape, MeshEvaluator, Selection | str, Selection | str | None]] = []
     for mesh in mesh_shapes(inp.cluster, tp, inp.source_file):
-        ev = MeshEvaluator(inp, layers, mesh, ctx)
+        ev = MeshEvaluator(inp, layers, mesh, ctx.for_mesh(mesh))
         sel = _select(policy, ev)
         ref = (
             _select(DataflowPolicy.SIZE_RULE, ev)
@@ -349,7 +289,7 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
     for lp in layer_plans:
         breakdown = breakdown + lp.breakdown_per_step
     for t in sel.transposes:
-        c = transpose_cost(t.rows, t.cols, ctx.element_bytes, mesh, ctx.comm).scaled(2.0 * count)
+        c = transpose_cost(t.rows, t.cols, ctx.element_bytes, mesh, ev.ctx.comm).scaled(2.0 * count)
         breakdown = breakdown + TimeBreakdown(c.total_s, 0.0, c.launch_s, c.sync_s, c.transfer_s)
 
     return PlanResult(
@@ -363,10 +303,39 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
         transpose_s_per_step=transpose_step_s,
         breakdown_per_step=breakdown,
         fc_flops_per_step=sum(layer.training_flops for layer in layers) * count,
-        peak_flops_per_s=inp.cluster.peak_flops_per_s(inp.training.dtype.value),
+        peak_flops_per_s=ctx.cluster.peak_flops_per_s(inp.training.dtype.value),
         candidates=tuple(candidates),
         comparison=_comparison(policy, rows, mesh, sel, count),
         warnings=warnings,
+        placement=ev.ctx.placement,
+        one_d=one_d_comparison(candidates),
+    )
+
+
+def one_d_comparison(candidates: Sequence[MeshCandidate]) -> OneDComparison:
+    """The fastest feasible 2D mesh (both sides > 1) against the fastest
+    feasible 1D one (`1 x P` or `P x 1`), from the ranked candidates."""
+    feasible = [c for c in candidates if c.feasible and c.step_fc_time_s is not None]
+    two = [c for c in feasible if min(c.mesh.num_rows, c.mesh.num_cols) > 1]
+    one = [c for c in feasible if min(c.mesh.num_rows, c.mesh.num_cols) == 1]
+    best2 = min(two, key=lambda c: c.step_fc_time_s, default=None)
+    best1 = min(one, key=lambda c: c.step_fc_time_s, default=None)
+    note = None
+    if best1 is None:
+        why = [
+            f"{c.mesh}: {c.reason}"
+            for c in candidates
+            if min(c.mesh.num_rows, c.mesh.num_cols) == 1
+        ]
+        note = "no feasible 1D mesh" + (f" ({'; '.join(why[:2])})" if why else " was allowed")
+    elif best2 is None:
+        note = "no feasible 2D mesh"
+    return OneDComparison(
+        two_d_mesh=best2.mesh if best2 else None,
+        two_d_step_fc_time_s=best2.step_fc_time_s if best2 else None,
+        one_d_mesh=best1.mesh if best1 else None,
+        one_d_step_fc_time_s=best1.step_fc_time_s if best1 else None,
+        note=note,
     )
 
 

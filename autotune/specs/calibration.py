@@ -7,6 +7,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from autotune.specs.base import (
     FINITE_CONFIG,
+    MAX_BYTES,
     MAX_BYTES_PER_S,
     MAX_DIM,
     MAX_FACTOR,
@@ -14,9 +15,44 @@ from autotune.specs.base import (
     MAX_SECONDS,
     Spec,
 )
+from autotune.specs.chip import FigureKind
 from cost_models import CollectiveOp
 
 CALIBRATION_SCHEMA = "meshtune.calibration/1"
+
+#: Keys under `collectives.<op>`: a mesh axis (row, col: the link as that
+#: axis sees it) or a resource kind (its per-unit-link figures, scaled by
+#: how many units an axis gets: torus links, a switched chip's egress,
+#: fully connected links, a NIC).
+AXIS_KEYS = ("row", "col")
+RESOURCE_KEYS = ("torus", "switched", "fully_connected", "scale_out")
+
+
+class CrossValidation(Spec):
+    """Prediction errors on measurements the fit did not see (relative,
+    |predicted - measured| / measured)."""
+
+    interpolation_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median error, each inner size left out in turn."
+    )
+    interpolation_p90_rel_error: float | None = Field(
+        default=None, ge=0, description="90th percentile of the same errors."
+    )
+    interpolation_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst of the same errors."
+    )
+    extrapolation_cut_shard_bytes: float | None = Field(
+        default=None, gt=0, description="Fitted on pieces up to this size, predicted the larger."
+    )
+    extrapolation_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median error on the pieces above the cut."
+    )
+    extrapolation_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst error on the pieces above the cut."
+    )
+    note: str | None = Field(
+        default=None, description="What could not be cross-validated, and why."
+    )
 
 
 class CollectiveFit(Spec):
@@ -48,10 +84,62 @@ class CollectiveFit(Spec):
     combined_latency_s_stderr: float | None = Field(
         default=None, ge=0, description="1-sigma of combined_latency_s."
     )
+    model: str | None = Field(
+        default=None, description="linear (one straight line) or regimes (one line per size range)."
+    )
+    shard_bytes_min: float | None = Field(
+        default=None, gt=0, description="Smallest per-chip piece measured, bytes."
+    )
+    shard_bytes_max: float | None = Field(
+        default=None,
+        gt=0,
+        description="Largest per-chip piece measured, bytes; larger pieces are extrapolated.",
+    )
+    resource: str | None = Field(
+        default=None,
+        description="What the measured rings crossed: intra_node (one host) or scale_out "
+        "(several hosts); null for benchmark CSV rows.",
+    )
+    cross_validation: CrossValidation | None = Field(
+        default=None, description="Errors on measurements left out of the fit."
+    )
+    outliers: list[str] = Field(
+        default_factory=list,
+        description="Measurements set aside by the robust fit, as FILE:LINE (relative error).",
+    )
+
+
+class RegimeSpec(Spec):
+    """One size regime of a collective: the linear model for per-chip
+    pieces above the previous regime's bound up to `max_shard_bytes`."""
+
+    max_shard_bytes: float | None = Field(
+        gt=0,
+        le=MAX_BYTES,
+        description="Largest per-chip piece (bytes) of the regime; null for the last one. "
+        "Range: above 0, at most 2^50.",
+    )
+    launch_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Launch overhead in this regime, seconds. Range: 0 to 3600.",
+    )
+    sync_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Per-step synchronisation latency here, seconds. Range: 0 to 3600.",
+    )
+    link_bytes_per_s: float = Field(
+        gt=0,
+        le=MAX_BYTES_PER_S,
+        description="Per-step link bandwidth here, bytes/s. Range: above 0, at most 1e15.",
+    )
 
 
 class LinkSpec(Spec):
-    """Linear model `t = launch_s + (P-1) * (sync_s + shard_bytes / link_bytes_per_s)`."""
+    """Model `t = launch_s + (P-1) * (sync_s + shard_bytes / link_bytes_per_s)`,
+    one straight line, or one line per size regime when `regimes` is given
+    (the plain fields then repeat the last, large-message regime)."""
 
     launch_s: float = Field(
         ge=0,
@@ -68,7 +156,29 @@ class LinkSpec(Spec):
         le=MAX_BYTES_PER_S,
         description="Effective per-step link bandwidth, bytes/s. Range: above 0, at most 1e15.",
     )
+    regimes: list[RegimeSpec] | None = Field(
+        default=None,
+        description="Size regimes in increasing order (NCCL protocol/channel switches); "
+        "omitted means one straight line for every size.",
+    )
     fit: CollectiveFit | None = Field(default=None, description="Fit quality, when fitted.")
+
+    @model_validator(mode="after")
+    def _check_regimes(self) -> LinkSpec:
+        if not self.regimes:
+            return self
+        bounds = [r.max_shard_bytes for r in self.regimes]
+        if bounds[-1] is not None or any(b is None for b in bounds[:-1]):
+            raise ValueError(
+                "regimes: only the last regime has max_shard_bytes null; "
+                "fix: write the calibration with `meshtune calibrate`"
+            )
+        finite = [b for b in bounds if b is not None]
+        if finite != sorted(finite) or len(set(finite)) != len(finite):
+            raise ValueError(
+                "regimes: max_shard_bytes must increase; fix: sort the regimes by size"
+            )
+        return self
 
 
 class EfficiencyCurve(Spec):
@@ -88,6 +198,11 @@ class EfficiencyCurve(Spec):
         le=MAX_DIM,
         description="Contraction size at which the K factor is one half. Range: 0 to 2^24.",
     )
+    max_dims: list[float] | None = Field(
+        default=None,
+        description="Largest m, n, k measured; beyond them the efficiency is held at its "
+        "value there (a conservative extrapolation). Omitted: the curve applies everywhere.",
+    )
 
 
 class ComputeSpec(Spec):
@@ -105,6 +220,22 @@ class ComputeSpec(Spec):
     fit: dict[str, float | int | str | None] | None = Field(
         default=None, description="Fit quality of the compute model, when fitted."
     )
+    peak_flops_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_FLOPS_PER_S,
+        description="The chip's peak for dtype (roofline ceiling): no GEMM is predicted "
+        "faster. Omitted: no ceiling. Range: above 0, at most 1e18.",
+    )
+    hbm_bytes_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BYTES_PER_S,
+        description="HBM bandwidth for the memory roofline, bytes/s. Range: above 0, at most 1e15.",
+    )
+    source: str | None = Field(
+        default=None, description="Where the rate comes from when it was not fitted."
+    )
 
 
 class SourceFile(Spec):
@@ -119,6 +250,24 @@ class SourceFile(Spec):
     )
 
 
+class ExpectedError(Spec):
+    """Summary of the cross-validated errors of a calibration."""
+
+    collective_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median held-out error over the collective fits."
+    )
+    collective_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst held-out error over the collective fits."
+    )
+    compute_median_rel_error: float | None = Field(
+        default=None, ge=0, description="Median held-out error of the GEMM model."
+    )
+    compute_worst_rel_error: float | None = Field(
+        default=None, ge=0, description="Worst held-out error of the GEMM model."
+    )
+    basis: str = Field(description="How the numbers were obtained.")
+
+
 class CalibrationSpec(Spec):
     """A calibration file (written by `meshtune calibrate` or bundled)."""
 
@@ -127,9 +276,21 @@ class CalibrationSpec(Spec):
     source: str = Field(description="Where the numbers come from.")
     tool_version: str | None = Field(default=None, description="meshtune version that wrote it.")
     collectives: dict[str, dict[str, LinkSpec]] = Field(
-        description="operation -> mesh axis (row, col) -> link parameters."
+        description="operation -> mesh axis (row, col) or resource kind (torus, switched, "
+        "fully_connected, scale_out: per unit link) -> link parameters."
     )
-    compute: ComputeSpec = Field(description="Local GEMM throughput.")
+    figures: FigureKind | None = Field(
+        default=None,
+        strict=False,
+        exclude_if=lambda v: v is None,
+        description="nominal (data sheet x a stated efficiency) or fitted (from measurements); "
+        "omitted in files written before this field existed.",
+    )
+    compute: ComputeSpec | None = Field(
+        default=None,
+        description="Local GEMM throughput; null when the inputs had no GEMM rows and named "
+        "no known chip (meshtune plan then uses the cluster's nominal peak, with a warning).",
+    )
     overlap_slowdown: float = Field(
         default=1.0,
         ge=1.0,
@@ -144,6 +305,25 @@ class CalibrationSpec(Spec):
     kept_from_base: list[str] = Field(
         default_factory=list,
         description="Entries copied unchanged from base_calibration (e.g. send_recv.row, compute).",
+    )
+    chip: str | None = Field(
+        default=None,
+        description="Chip preset the calibration describes (named by --cluster or matched "
+        "from the device lines of the logs); null when unknown.",
+    )
+    derived: list[str] = Field(
+        default_factory=list,
+        description="Entries derived from other measured entries, each with how "
+        "(e.g. all_gather.row from all_reduce.row).",
+    )
+    from_preset: list[str] = Field(
+        default_factory=list,
+        description="Entries taken from the chip preset because no input measured them.",
+    )
+    expected_error: ExpectedError | None = Field(
+        default=None,
+        description="Cross-validated relative error a prediction from this calibration "
+        "should expect (shown by meshtune plan next to predicted times).",
     )
 
     model_config = ConfigDict(**FINITE_CONFIG, populate_by_name=True)
@@ -162,8 +342,9 @@ class CalibrationSpec(Spec):
                     f"unknown collective {op!r}; fix: use one of {', '.join(sorted(known_ops))}"
                 )
             for axis in axes:
-                if axis not in ("row", "col"):
+                if axis not in AXIS_KEYS + RESOURCE_KEYS:
                     raise ValueError(
-                        f"collectives.{op} has unknown mesh axis {axis!r}; fix: use row or col"
+                        f"collectives.{op} has unknown mesh axis or resource {axis!r}; fix: use "
+                        f"one of {', '.join(AXIS_KEYS + RESOURCE_KEYS)}"
                     )
         return self

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from autotune.specs.base import MAX_COUNT, Spec
 from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
 from autotune.specs.training import TrainingSpec
@@ -68,6 +69,7 @@ class PlanInput(Spec):
     model: ModelSpec
     training: TrainingSpec
     cluster: ClusterSpec
+    chip: ChipSpec | None = None
     calibration: CalibrationSpec
     search: SearchSpec
     source_file: str | None = None

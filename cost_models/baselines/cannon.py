@@ -7,6 +7,7 @@ from cost_models.baselines.common import (
     InfeasibleError,
     check_sharding,
     chunk_mnk,
+    concurrent_cost_s,
     estimate,
     hop_link,
     logical_mesh,
@@ -87,22 +88,30 @@ def cannon_gemm(
     t_c = float(compute.gemm_s(*chunk_mnk(p.gemm_mnk, p.split_dim, ring)))
     hops = ring // 2
     skews, shifts, aligns = [], [], []
+    skew_axes, shift_axes, align_axes = [], [], []
     calls: list[CollectiveCall] = []
     for mv in p.before:
         block = mv.shard_bytes
         skews.append(send_recv_cost(hop_link(lcomm, mv.axis), block, hops))
         shifts.append(send_recv_cost(hop_link(lcomm, mv.axis), block))
+        skew_axes.append(mv.axis)
+        shift_axes.append(mv.axis)
         calls.append(CollectiveCall(CollectiveOp.SEND_RECV, mv.axis, 2, block, hops + ring - 1))
     for mv in p.after:
         block = mv.shard_bytes
         shifts.append(send_recv_cost(hop_link(lcomm, mv.axis), block))
         aligns.append(send_recv_cost(hop_link(lcomm, mv.axis), block, hops))
+        shift_axes.append(mv.axis)
+        align_axes.append(mv.axis)
         calls.append(CollectiveCall(CollectiveOp.SEND_RECV, mv.axis, 2, block, hops + ring - 1))
     if ring == 1:
         skews, shifts, aligns, calls = [], [], [], []
-    skew_s = max((c.total_s for c in skews), default=0.0)
-    align_s = max((c.total_s for c in aligns), default=0.0)
-    shift_s = max((c.total_s for c in shifts), default=0.0)
+        skew_axes, shift_axes, align_axes = [], [], []
+    # skews (and the per-step shifts) of the two operands run together:
+    # on separate links the slower, on one resource their bytes add
+    skew_s = concurrent_cost_s(list(zip(skew_axes, skews, strict=True)), lcomm)
+    align_s = concurrent_cost_s(list(zip(align_axes, aligns, strict=True)), lcomm)
+    shift_s = concurrent_cost_s(list(zip(shift_axes, shifts, strict=True)), lcomm)
     steady = max(t_c * overlap_slowdown, shift_s)
     total = skew_s + t_c + (ring - 1) * steady + align_s
     comm_sum = sum(skews + aligns, CommCost()) + sum(shifts, CommCost()).scaled(ring - 1)

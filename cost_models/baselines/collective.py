@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cost_models.baselines.common import (
     check_sharding,
+    concurrent_cost_s,
     estimate,
     logical_mesh,
     move_call,
@@ -43,7 +44,11 @@ def collective_gemm(
     complete and the reduce-scatter needs the whole partial product, so
     there is nothing to overlap::
 
-        total = max(t_ag over the 'before' axes) + t_gemm + t_rs
+        total = t_ag over the 'before' axes + t_gemm + t_rs
+
+    where the 'before' all-gathers (OS: one per axis) run together: on
+    separate links the slower one, on one resource their bytes add
+    (cost_models.baselines.common.concurrent_cost_s)
 
     with `t_ag`, `t_rs` from :func:`ring_collective_cost` (`launch + (P-1)
     * (sync + shard/bw)`) and `t_gemm` from `compute.gemm_s` on the local
@@ -60,7 +65,7 @@ def collective_gemm(
     pre = [move_cost(mv, lcomm) for mv in p.before]
     post = [move_cost(mv, lcomm) for mv in p.after]
     gemm = float(compute.gemm_s(*p.gemm_mnk))
-    pre_s = max((c.total_s for c in pre), default=0.0)
+    pre_s = concurrent_cost_s([(mv.axis, c) for mv, c in zip(p.before, pre, strict=True)], lcomm)
     post_s = sum(c.total_s for c in post)
     total = pre_s + gemm + post_s
     comm_sum = sum(pre + post, CommCost())

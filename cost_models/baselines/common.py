@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.collectives import ring_collective_cost
+from cost_models.concurrency import concurrent_s
 from cost_models.meshslice import Dataflow, sharding_violation
 from cost_models.types import (
     Axis,
@@ -136,6 +137,17 @@ def move_cost(mv: Move, comm: CommModel) -> CommCost:
 
 def move_call(mv: Move) -> CollectiveCall:
     return CollectiveCall(mv.op, mv.axis, mv.ring, mv.shard_bytes, 1)
+
+
+def concurrent_cost_s(items: list[tuple[Axis, CommCost]], comm: CommModel) -> float:
+    """Seconds until several concurrently issued collectives (each on its
+    mesh axis) finish: costs on one resource add their transfers, on
+    separate resources they overlap (cost_models.concurrency.concurrent_s;
+    hardware.md section 1). Without resources: the slowest one."""
+    if not items:
+        return 0.0
+    terms = [(axis, c.launch_s + c.sync_s, c.transfer_s) for axis, c in items]
+    return float(concurrent_s(terms, comm))
 
 
 def hop_link(comm: CommModel, axis: Axis) -> LinkParams:

@@ -28,6 +28,8 @@ def ring_link(comm: CommModel, op: CollectiveOp) -> LinkParams:
         link_bytes_per_s = min(link_bytes_per_s over row, col)
 
     Axes the calibration lacks are skipped; at least one must be present.
+    With size regimes (cost_models.types.LinkRegime) the axis with the lower
+    large-message bandwidth is used as it is.
     The calibration's per-axis rings already run on two links each (a row
     ring or a column ring), so the 1D ring gets one axis's worth of links
     while a 2D algorithm drives both axes concurrently: half the links.
@@ -35,6 +37,10 @@ def ring_link(comm: CommModel, op: CollectiveOp) -> LinkParams:
     links = [comm.link(op, ax) for ax in (Axis.ROW, Axis.COL) if comm.has(op, ax)]
     if not links:
         comm.link(op, Axis.ROW)  # raises the calibration-gap KeyError
+    if any(lk.regimes for lk in links):
+        # size regimes do not combine field by field: take the axis whose
+        # large-message bandwidth is lowest, whole (its slowest hop bounds the ring)
+        return min(links, key=lambda lk: lk.link_bytes_per_s)
     return LinkParams(
         launch_s=max(lk.launch_s for lk in links),
         sync_s=max(lk.sync_s for lk in links),

@@ -11,6 +11,7 @@ from cost_models.baselines.common import (
     Plan2D,
     check_sharding,
     chunk_mnk,
+    concurrent_cost_s,
     estimate,
     logical_mesh,
     plan2d,
@@ -193,19 +194,23 @@ def summa_gemm(
     p = plan2d(dataflow, m, n, k, lmesh, element_bytes)
     before, after = _summa_panels(p, iterations)
 
-    def stage(panels: list[_Panel]) -> tuple[float, CommCost]:
-        time_s, summed = 0.0, CommCost()
+    def stage(panels: list[_Panel]) -> tuple[list[tuple[Axis, CommCost]], CommCost]:
+        items, summed = [], CommCost()
         for pn in panels:
             link = _bcast_link(lcomm, pn.op, pn.axis)
             d = num_packets or best_packet_count(link, pn.ring, pn.message_bytes)
             c = pipelined_broadcast_cost(link, pn.ring, pn.message_bytes, d)
-            time_s, summed = max(time_s, c.total_s), summed + c
-        return time_s, summed
+            items.append((pn.axis, c))
+            summed = summed + c
+        return items, summed
 
-    pre_s, pre_c = stage(before)
-    post_s, post_c = stage(after)
+    pre_items, pre_c = stage(before)
+    post_items, post_c = stage(after)
+    pre_s = concurrent_cost_s(pre_items, lcomm)
+    post_s = concurrent_cost_s(post_items, lcomm)
     gemm = float(compute.gemm_s(*chunk_mnk(p.gemm_mnk, p.split_dim, iterations)))
-    steady = max(pre_s, gemm * overlap_slowdown, post_s)
+    # the next panel's broadcasts and the previous one's reduces run together
+    steady = max(gemm * overlap_slowdown, concurrent_cost_s(pre_items + post_items, lcomm))
     total = pre_s + (iterations - 1) * steady + gemm + post_s
     calls = [
         CollectiveCall(pn.op, pn.axis, pn.ring, pn.message_bytes / pn.ring, iterations)

@@ -8,6 +8,7 @@ from cost_models.baselines.common import (
     Plan2D,
     check_sharding,
     chunk_mnk,
+    concurrent_cost_s,
     estimate,
     hop_link,
     logical_mesh,
@@ -117,7 +118,7 @@ def _wang_one(
     other_after = [mv for mv in p.after if mv is not dec]
     pre = [move_cost(mv, comm) for mv in other_before]
     post = [move_cost(mv, comm) for mv in other_after]
-    pre_s = max((c.total_s for c in pre), default=0.0)
+    pre_s = concurrent_cost_s([(mv.axis, c) for mv, c in zip(other_before, pre, strict=True)], comm)
     post_s = sum(c.total_s for c in post)
     ring = dec.ring
     chunk = float(compute.gemm_s(*chunk_mnk(p.gemm_mnk, p.split_dim, ring)))

@@ -1,0 +1,201 @@
+"""`meshtune calibrate --check`: predict every measurement of some files
+from an existing calibration, and say how far off each prediction is.
+
+Collective rows are priced with the calibration's link of their operation
+and mesh axis (cost_models.ring_collective_s, regimes included); GEMM rows
+with its compute model (roofline and all). A row outside what the
+calibration was fitted on (a piece larger than any it saw, a GEMM dimension
+beyond the largest measured) is flagged `extrapolated`; a row the
+calibration cannot price (no link for the pair, another dtype) is listed
+with the reason and left out of the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.calibrate.run import read_input
+from autotune.specs.calibration import CalibrationSpec
+from cost_models import Axis, ring_collective_s
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One measurement and its prediction."""
+
+    file: str
+    line: int
+    kind: str  # collective or gemm
+    what: str  # e.g. "all_gather.row P=8 shard 1.0 MiB" or "gemm 4096x4096x1024 bf16"
+    measured_s: float
+    predicted_s: float | None
+    rel_error: float | None  # (predicted - measured) / measured
+    extrapolated: bool
+    note: str | None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Every row, and the summary of the rows that could be priced."""
+
+    calibration: str
+    rows: tuple[CheckRow, ...]
+
+    def summary(self, which: str = "all") -> dict[str, float | int | None]:
+        """median, p90 and worst |relative error| of priced rows; `which`
+        is all, collective, gemm, fitted-range or extrapolated."""
+        picked = [r for r in self.rows if r.rel_error is not None]
+        if which in ("collective", "gemm"):
+            picked = [r for r in picked if r.kind == which]
+        elif which == "extrapolated":
+            picked = [r for r in picked if r.extrapolated]
+        elif which == "fitted-range":
+            picked = [r for r in picked if not r.extrapolated]
+        errors = np.abs([r.rel_error for r in picked], dtype=float)
+        if errors.size == 0:
+            return {"rows": 0, "median": None, "p90": None, "worst": None}
+        return {
+            "rows": int(errors.size),
+            "median": float(np.median(errors)),
+            "p90": float(np.percentile(errors, 90)),
+            "worst": float(errors.max()),
+        }
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:.4g} MiB" if value >= 2**20 else f"{value:.4g} B"
+
+
+def check(
+    calibration: CalibrationSpec, name: str, paths: Sequence[str], axes: tuple[Axis, ...]
+) -> CheckResult:
+    """Predict every measurement in `paths` (nccl-tests logs, benchmark
+    CSVs) with `calibration`."""
+    from autotune.hardware.calibration import DTYPE_BYTES, comm_model, compute_model
+
+    comm = comm_model(calibration)
+    compute = compute_model(calibration) if calibration.compute is not None else None
+    rows: list[CheckRow] = []
+    for path in paths:
+        parsed = read_input(path, axes)
+        for s in parsed.collectives:
+            what = f"{s.op.value}.{s.axis.value} P={s.ring_size} shard {_mib(s.shard_bytes)}"
+            if not comm.has(s.op, s.axis):
+                rows.append(
+                    CheckRow(
+                        s.file,
+                        s.line,
+                        "collective",
+                        what,
+                        s.seconds,
+                        None,
+                        None,
+                        False,
+                        f"the calibration has no {s.op.value}.{s.axis.value}",
+                    )
+                )
+                continue
+            link = calibration.collectives[s.op.value][s.axis.value]
+            largest = link.fit.shard_bytes_max if link.fit is not None else None
+            predicted = float(
+                ring_collective_s(comm.link(s.op, s.axis), s.ring_size, s.shard_bytes)
+            )
+            rows.append(
+                CheckRow(
+                    s.file,
+                    s.line,
+                    "collective",
+                    what,
+                    s.seconds,
+                    predicted,
+                    predicted / s.seconds - 1.0,
+                    largest is not None and s.shard_bytes > largest * 1.0001,
+                    None,
+                )
+            )
+        for g in parsed.gemms:
+            what = f"gemm {g.m}x{g.n}x{g.k} {g.dtype}"
+            if compute is None or calibration.compute is None:
+                rows.append(
+                    CheckRow(
+                        g.file,
+                        g.line,
+                        "gemm",
+                        what,
+                        g.seconds,
+                        None,
+                        None,
+                        False,
+                        "the calibration has no compute entry",
+                    )
+                )
+                continue
+            if g.dtype != calibration.compute.dtype:
+                rows.append(
+                    CheckRow(
+                        g.file,
+                        g.line,
+                        "gemm",
+                        what,
+                        g.seconds,
+                        None,
+                        None,
+                        False,
+                        f"the calibration's compute is {calibration.compute.dtype}",
+                    )
+                )
+                continue
+            curve = calibration.compute.efficiency_curve
+            beyond = bool(
+                curve is not None
+                and curve.max_dims is not None
+                and any(d > cap for d, cap in zip((g.m, g.n, g.k), curve.max_dims, strict=True))
+            )
+            predicted = float(compute.gemm_s(g.m, g.n, g.k))
+            note = None
+            if calibration.compute.peak_flops_per_s is None:
+                note = "no roofline ceiling in the calibration"
+            elif DTYPE_BYTES.get(g.dtype) is None:
+                note = "unknown element size"
+            rows.append(
+                CheckRow(
+                    g.file,
+                    g.line,
+                    "gemm",
+                    what,
+                    g.seconds,
+                    predicted,
+                    predicted / g.seconds - 1.0,
+                    beyond,
+                    note,
+                )
+            )
+    return CheckResult(calibration=name, rows=tuple(rows))
+
+
+def to_dict(result: CheckResult) -> dict:
+    """The JSON form of a check."""
+    return {
+        "calibration": result.calibration,
+        "summary": {
+            k: result.summary(k)
+            for k in ("all", "collective", "gemm", "fitted-range", "extrapolated")
+        },
+        "rows": [
+            {
+                "file": r.file,
+                "line": r.line,
+                "kind": r.kind,
+                "what": r.what,
+                "measured_s": r.measured_s,
+                "predicted_s": r.predicted_s,
+                "rel_error": r.rel_error,
+                "extrapolated": r.extrapolated,
+                "note": r.note,
+            }
+            for r in result.rows
+        ],
+    }

@@ -1,0 +1,125 @@
+"""What a calibration holds when the inputs do not measure everything: the
+chip (from the logs' device lines, or named), links derived from measured
+ones, and compute from the chip preset. Every such value is listed in the
+calibration (`derived`, `from_preset`) and warned about in the report.
+
+Derivations (docs/calibrate.md "Coverage"):
+
+- all-gather and reduce-scatter from all-reduce: a ring all-reduce is a
+  reduce-scatter followed by an all-gather over the same pieces (nccl-tests
+  doc/PERFORMANCE.md), so each is half of it. meshtune writes an all-reduce
+  of buffer B as P-1 steps of 2B/P bytes (autotune.calibrate.nccl_tests), so
+  an all-gather piece s = B/P is half an all-reduce piece: the derived link
+  keeps launch_s and link_bytes_per_s, halves sync_s (a pair of steps
+  becomes one) and halves every regime bound. NVLink SHARP (NVLS) and tree
+  all-reduces are not rings; the warning says so.
+- send-recv from all-gather: one ring step of an all-gather is a
+  neighbour send-recv of one piece (P - 1 = 1 hop), so the all-gather link
+  is used as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autotune.calibrate.samples import ParsedFile
+from autotune.errors import InputError
+from autotune.specs.calibration import LinkSpec, RegimeSpec
+from autotune.specs.chip import ChipSpec
+
+
+def detect_chip(
+    files: Sequence[ParsedFile], chip_ref: str | None
+) -> tuple[ChipSpec | None, str, list[str]]:
+    """The chip of the calibration, how it was found, and warnings. A named
+    chip wins; otherwise the device lines of the logs must all match one
+    preset."""
+    from autotune.hardware.chips import load_chip, match_chip
+
+    warnings: list[str] = []
+    devices = sorted({d for f in files for d in f.device_names})
+    if chip_ref is not None:
+        chip = load_chip(chip_ref)
+        found = {match_chip(d) for d in devices} - {None}
+        if found and found != {chip.name}:
+            warnings.append(
+                f"--chip {chip.name} but the logs name {', '.join(devices)} "
+                f"(preset {', '.join(sorted(found))}); using {chip.name}"
+            )
+        return chip, f"named by --chip ({chip_ref})", warnings
+    if not devices:
+        return None, "no device named in the inputs", warnings
+    matched = {d: match_chip(d) for d in devices}
+    names = set(matched.values())
+    if None in names or len(names) != 1:
+        unknown = [d for d, m in matched.items() if m is None]
+        why = (
+            f"no chip preset matches {', '.join(repr(d) for d in unknown)}"
+            if unknown
+            else f"the logs name several chips ({', '.join(sorted(n for n in names if n))})"
+        )
+        return None, why, warnings
+    name = names.pop()
+    assert name is not None
+    return load_chip(name), f"matched from the device lines ({', '.join(devices)})", warnings
+
+
+def _halved(link: LinkSpec) -> LinkSpec:
+    regimes = None
+    if link.regimes:
+        regimes = [
+            RegimeSpec(
+                max_shard_bytes=None if r.max_shard_bytes is None else r.max_shard_bytes / 2,
+                launch_s=r.launch_s,
+                sync_s=r.sync_s / 2,
+                link_bytes_per_s=r.link_bytes_per_s,
+            )
+            for r in link.regimes
+        ]
+    return LinkSpec(
+        launch_s=link.launch_s,
+        sync_s=link.sync_s / 2,
+        link_bytes_per_s=link.link_bytes_per_s,
+        regimes=regimes,
+        fit=None,
+    )
+
+
+def derive_links(
+    collectives: dict[str, dict[str, LinkSpec]], axes: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """Fill, in place, the planner's pairs that can be derived from measured
+    ones; returns (derived entries with how, warnings)."""
+    derived: list[str] = []
+    warnings: list[str] = []
+    for axis in axes:
+        reduce_link = collectives.get("all_reduce", {}).get(axis)
+        for op in ("all_gather", "reduce_scatter"):
+            if reduce_link is not None and axis not in collectives.get(op, {}):
+                collectives.setdefault(op, {})[axis] = _halved(reduce_link)
+                how = f"{op}.{axis} from all_reduce.{axis} (half a ring all-reduce)"
+                derived.append(how)
+                warnings.append(
+                    f"{how}: derived, not measured; an NVLS or tree all-reduce is not a "
+                    f"ring, so measure {op}_perf for a direct value"
+                )
+        gather = collectives.get("all_gather", {}).get(axis)
+        if gather is not None and axis not in collectives.get("send_recv", {}):
+            collectives.setdefault("send_recv", {})[axis] = gather.model_copy(update={"fit": None})
+            how = f"send_recv.{axis} from all_gather.{axis} (one ring step)"
+            derived.append(how)
+            warnings.append(f"{how}: derived, not measured; measure sendrecv_perf")
+    return derived, warnings
+
+
+def preset_compute_rate(chip: ChipSpec, dtype: str = "bf16") -> float:
+    """The chip's nominal peak for `dtype`, FLOP/s (InputError when the
+    preset lists none)."""
+    try:
+        return chip.peak_flops_per_s(dtype)
+    except KeyError as exc:
+        raise InputError(
+            str(exc.args[0]),
+            field="compute",
+            fix="add gemm rows (meshtune bench) or pass --chip with a preset listing bf16",
+        ) from None

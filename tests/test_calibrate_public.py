@@ -1,0 +1,174 @@
+"""Accuracy on public measurements the model was not fitted to
+(tests/fixtures/public_logs/README.md and public_gemm/README.md cite them).
+
+Collectives: on every full-range log, the cross-validated median error is
+at most 5% with each inner size left out, and at most 10% when fitted on
+pieces up to 32 MiB and judged on the larger ones. GEMMs: on the published
+H800 table, held-out median error at most 10% and no prediction faster than
+the chip's peak. The tests print the tables they judge (pytest -s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from autotune.calibrate.fit_compute import fit_gemm
+from autotune.calibrate.run import calibrate, read_input
+from autotune.cli import main
+from autotune.hardware.chips import load_chip
+from cost_models import Axis, gemm_flops
+
+LOGS = Path(__file__).parent / "fixtures" / "public_logs"
+FULL_RANGE = [
+    "h100_2node_all_reduce_a3mega.txt",
+    "mi300x_1node_rccl_all_reduce.txt",
+    "mi300x_2node_rccl_all_reduce.txt",
+    "mi355x_2node_rccl_all_reduce_perf.txt",
+    "nccl_all_gather_perf_gb300_2node.txt",
+]
+EVERY_LOG = [*FULL_RANGE, "a100_sendrecv_note.md"]
+#: acceptance (docs/calibrate.md "Accuracy"): medians of held-out relative errors
+INTERPOLATION_MEDIAN_MAX = 0.05
+EXTRAPOLATION_MEDIAN_MAX = 0.10
+GEMM_MEDIAN_MAX = 0.10
+
+
+@pytest.fixture(scope="module")
+def fits():
+    return {
+        name: calibrate([str(LOGS / name)], axes=(Axis.ROW,)).comm_fits[0] for name in FULL_RANGE
+    }
+
+
+def test_cross_validated_errors_on_public_logs(fits):
+    print("\nlog" + " " * 37 + "model       interp med/p90/worst   extrap med/worst")
+    for name, fit in fits.items():
+        i_med, i_p90, i_max = fit.cv.interpolation
+        e_med, _, e_max = fit.cv.extrapolation
+        print(
+            f"{name:40s}{len(fit.regimes)} regimes   {i_med:6.1%} {i_p90:6.1%} {i_max:6.0%}"
+            f"      {e_med:6.1%} {e_max:6.1%}"
+        )
+    for name, fit in fits.items():
+        assert fit.cv.extrapolation_cut_bytes == 32 * 2**20, name
+        assert fit.cv.interpolation[0] <= INTERPOLATION_MEDIAN_MAX, name
+        assert fit.cv.extrapolation[0] <= EXTRAPOLATION_MEDIAN_MAX, name
+
+
+def test_the_straight_line_is_worse_on_every_public_log(fits):
+    """Why regimes: the linear model's held-out median is several times the
+    regime model's on each log (the issue's 'biased at both ends')."""
+    for name, fit in fits.items():
+        line = calibrate([str(LOGS / name)], axes=(Axis.ROW,), model="linear").comm_fits[0]
+        line_med, regimes_med = line.cv.interpolation[0], fit.cv.interpolation[0]
+        print(f"{name:40s} line {line_med:6.1%}  regimes {regimes_med:6.1%}")
+        assert line.cv.interpolation[0] > 2 * fit.cv.interpolation[0], name
+
+
+def test_worst_error_counts_every_point(fits):
+    for fit in fits.values():
+        assert fit.max_rel_error == pytest.approx(max(abs(e) for e in fit.rel_errors))
+
+
+@pytest.mark.parametrize("name", EVERY_LOG)
+def test_calibrate_with_no_other_flag(repo_root, tmp_path, name):
+    out = tmp_path / "cal.json"
+    result = CliRunner().invoke(main, ["calibrate", str(LOGS / name), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    doc = json.loads(out.read_text())
+    assert "chip: " in text and "resource calibrated: " in text
+    if doc["chip"] is None:
+        assert "warning: chip unknown" in text
+    for entry in [*doc["derived"], *doc["from_preset"]]:
+        assert entry in text  # every value taken from elsewhere is named
+    assert "overlap_slowdown: not measured" in text
+    assert doc["expected_error"] is not None or name == "a100_sendrecv_note.md"
+
+
+def test_chips_and_resources_from_the_logs(repo_root):
+    expect = {
+        "h100_2node_all_reduce_a3mega.txt": ("h100-sxm", "scale_out"),
+        "mi300x_1node_rccl_all_reduce.txt": ("mi300x", "intra_node"),
+        "mi300x_2node_rccl_all_reduce.txt": ("mi300x", "scale_out"),
+        "mi355x_2node_rccl_all_reduce_perf.txt": (None, "scale_out"),
+        "a100_sendrecv_note.md": (None, "intra_node"),
+    }
+    for name, (chip, resource) in expect.items():
+        result = calibrate([str(LOGS / name)], axes=(Axis.ROW,))
+        assert result.spec.chip == chip, name
+        assert result.comm_fits[0].resource == resource, name
+
+
+def test_the_two_layouts_of_the_issue_parse(repo_root, tmp_path):
+    """An MPI run named like nccl_all_gather_perf.txt (test name inside a
+    longer file name, no test line in the text), and a markdown note with
+    `./build/sendrecv_perf ... -g 8`, the header and four rows."""
+    text = (LOGS / "nccl_all_gather_perf_gb300_2node.txt").read_text()
+    text = "\n".join(ln for ln in text.splitlines() if "all_gather_perf" not in ln)
+    named = tmp_path / "nccl_all_gather_perf.txt"
+    named.write_text(text)
+    parsed = read_input(str(named), (Axis.ROW,))
+    assert parsed.collectives[0].op.value == "all_gather" and len(parsed.collectives) == 23
+    note = read_input(str(LOGS / "a100_sendrecv_note.md"), (Axis.ROW,))
+    assert [s.ring_size for s in note.collectives] == [2] * 4  # send-recv: one hop
+    assert "rank count from the command line" in note.description
+    assert "8 ranks on 1 host" in note.description
+
+
+def test_check_reports_the_error_above_a_32_mib_cut(repo_root, tmp_path):
+    """Fit on the log cut at 32 MiB (the nccl-tests size column), then
+    --check the whole log: the rows above the cut are flagged extrapolated
+    and summarised apart."""
+    source = LOGS / "mi300x_1node_rccl_all_reduce.txt"
+    lines = source.read_text().splitlines()
+    kept = [
+        ln
+        for ln in lines
+        if not (ln.split() and ln.split()[0].isdigit() and int(ln.split()[0]) > 32 * 2**20)
+    ]
+    cut = tmp_path / "mi300x_cut_all_reduce.txt"
+    cut.write_text("\n".join(kept) + "\n")
+    cal = tmp_path / "cut.json"
+    runner = CliRunner()
+    assert runner.invoke(main, ["calibrate", str(cut), "--out", str(cal)]).exit_code == 0
+    result = runner.invoke(
+        main, ["calibrate", "--check", str(cal), str(source), "--axis", "row", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    above = [r for r in doc["rows"] if r["extrapolated"]]
+    assert len(above) == 8  # 64 MiB .. 8 GiB
+    summary = doc["summary"]["extrapolated"]
+    assert summary["rows"] == 8 and summary["worst"] >= summary["median"] > 0
+    table = runner.invoke(main, ["calibrate", "--check", str(cal), str(source), "--axis", "row"])
+    print(table.output)
+    assert "extrapolated" in table.output and "median" in table.output
+
+
+def test_gemm_table_held_out_and_never_above_peak(repo_root):
+    gemms = read_input("tests/fixtures/public_gemm/h800_fp16_tilelang.csv", (Axis.ROW,)).gemms
+    chip = load_chip("h100-sxm")
+    peak = chip.peak_flops_per_s("fp16")
+    fit = fit_gemm(gemms, "fp16", peak, chip.hbm_bytes_per_s)
+    curve, constant = np.median(fit.cv_errors), np.median(fit.constant_cv_errors)
+    print(f"\nheld-out median error: curve {curve:.1%}, one constant rate {constant:.1%}")
+    print("   k   measured TF/s  curve TF/s  constant TF/s")
+    model = fit.model()
+    for g in gemms:
+        flops = float(gemm_flops(g.m, g.n, g.k))
+        print(
+            f"{g.k:5d} {flops / g.seconds / 1e12:12.0f} "
+            f"{flops / float(model.gemm_s(g.m, g.n, g.k)) / 1e12:11.0f} "
+            f"{fit.constant_flops_per_s / 1e12:13.0f}"
+        )
+    assert curve <= GEMM_MEDIAN_MAX and curve < constant
+    sizes = np.array([1, 7, 64, 256, 1000, 8192, 65536, 2**20], dtype=float)
+    m, n, k = np.meshgrid(sizes, sizes, sizes)
+    rate = gemm_flops(m, n, k) / model.gemm_s(m, n, k)
+    assert float(rate.max()) <= peak * (1 + 1e-12)

@@ -1,0 +1,195 @@
+"""Mesh axes on resources, per topology kind, with hand-computed times;
+the roofline never beats peak or HBM; presets and bad cluster files."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.errors import InputError
+from autotune.hardware.calibration import (
+    check_links_within_nominal,
+    comm_model,
+    comm_model_for,
+    compute_model_for,
+)
+from autotune.hardware.cluster import load_cluster
+from autotune.hardware.placement import ResourceKind, place_mesh
+from autotune.loading import load_calibration, validate_spec
+from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.cluster import ClusterSpec
+from cost_models import Axis, CollectiveOp, ComputeModel, Dataflow, MeshShape, meshslice_times
+from cost_models.compute import gemm_flops, gemm_hbm_bytes
+
+W = 100e9  # unit link rate of the test calibration, bytes/s
+
+
+def _calibration(keys: tuple[str, ...], rate: float = W) -> CalibrationSpec:
+    """Zero latencies, one rate per unit link: times are bytes / bandwidth."""
+    link = {"launch_s": 0.0, "sync_s": 0.0, "link_bytes_per_s": rate}
+    ops = ("all_gather", "reduce_scatter", "send_recv")
+    return CalibrationSpec.model_validate(
+        {
+            "schema": "meshtune.calibration/1",
+            "name": "unit",
+            "source": "test",
+            "collectives": {op: {k: dict(link) for k in keys} for op in ops},
+            "compute": {"dtype": "bf16", "effective_flops_per_s": 1e12},
+        }
+    )
+
+
+def _os_prologue_s(cluster_name: str, mesh: MeshShape, cal: CalibrationSpec) -> float:
+    """The prologue of an unsliced OS GEMM: both all-gathers at once."""
+    placement = place_mesh(load_cluster(cluster_name), mesh)
+    comm = comm_model_for(cal, placement)
+    t = meshslice_times(Dataflow.OS, 1024, 1024, 1024, mesh, [1], 2, comm, ComputeModel(1e15))
+    return float(t["prologue_s"][0])
+
+
+def test_nvswitch_node_pays_row_plus_col_bytes() -> None:
+    # 2 x 4 inside one 8-GPU NVSwitch node; OS all-gathers A along col (4
+    # chips, shard 512x256x2 B) and B along row (2 chips, shard 512x256x2 B)
+    mesh = MeshShape(2, 4)
+    shard = 512 * 256 * 2
+    col_bytes, row_bytes = 3 * shard, 1 * shard
+    t = _os_prologue_s("h100-hgx", mesh, _calibration(("switched",)))
+    assert t == pytest.approx((row_bytes + col_bytes) / W)
+    p = place_mesh(load_cluster("h100-hgx"), mesh)
+    assert p.shared and p.row.kind is p.col.kind is ResourceKind.SWITCHED
+
+
+def test_torus_pays_the_larger() -> None:
+    # 16 x 16 on a 16x16 torus: each axis one wrapped dimension, 2 links
+    mesh = MeshShape(16, 16)
+    shard = (1024 // 16) * (1024 // 16) * 2
+    t = _os_prologue_s("tpu-v5e-256", mesh, _calibration(("torus",)))
+    assert t == pytest.approx(15 * shard / (2 * W))  # max(row, col), not their sum
+    p = place_mesh(load_cluster("tpu-v5e-256"), mesh)
+    assert not p.shared and p.row.link_multiplier == p.col.link_multiplier == 2
+
+
+def test_original_torus_file_keeps_its_per_axis_links() -> None:
+    cal, _ = load_calibration("tpu-v4")
+    p = place_mesh(load_cluster("tpu-v4-256"), MeshShape(32, 8))
+    assert p.row.kind is ResourceKind.CALIBRATED_AXIS and not p.shared
+    assert comm_model_for(cal, p).params == comm_model(cal).params
+
+
+@pytest.mark.parametrize(("mesh", "row_links", "col_links"), [((1, 8), 1, 7), ((2, 4), 1, 3)])
+def test_mi300x_axis_of_k_gets_k_minus_1_links(mesh, row_links, col_links) -> None:
+    shape = MeshShape(*mesh)
+    p = place_mesh(load_cluster("mi300x-node"), shape)
+    assert p.col.link_multiplier == col_links
+    comm = comm_model_for(_calibration(("fully_connected",)), p)
+    link = comm.link(CollectiveOp.ALL_GATHER, Axis.COL)
+    assert link.link_bytes_per_s == pytest.approx(col_links * W)
+    if shape.num_rows > 1:
+        assert p.row.link_multiplier == row_links and not p.shared
+
+
+def test_axis_spanning_nodes_is_bounded_by_the_nic() -> None:
+    cluster = load_cluster("h100-hgx-4n")
+    assert cluster.num_chips == 32 and cluster.num_nodes == 4
+    # 4 x 8: col (8) fills a node, row (4) crosses the 4 nodes on the rails
+    p = place_mesh(cluster, MeshShape(4, 8))
+    assert p.col.kind is ResourceKind.SWITCHED and not p.col.spans_nodes
+    assert p.row.kind is ResourceKind.SCALE_OUT and p.row.spans_nodes
+    assert p.row.nominal_bytes_per_s == pytest.approx(50e9)
+    assert not p.shared  # NVLink beside the NIC
+    # 2 x 16: col (16) does not fit in a node; both axes on the NICs, shared
+    p = place_mesh(cluster, MeshShape(2, 16))
+    assert p.col.kind is p.row.kind is ResourceKind.SCALE_OUT and p.shared
+    # the nominal calibration prices the crossing axis at its NIC rate
+    nominal, _ = load_calibration("h100-nominal")
+    comm = comm_model_for(nominal, place_mesh(cluster, MeshShape(4, 8)))
+    row = comm.link(CollectiveOp.ALL_GATHER, Axis.ROW)
+    assert row.link_bytes_per_s == pytest.approx(50e9 * 0.9)
+    assert row.link_bytes_per_s <= p.row.nominal_bytes_per_s
+
+
+def test_calibration_above_nominal_links_is_refused() -> None:
+    cal = _calibration(("scale_out",), rate=60e9)  # a 400 Gb/s NIC moves 50 GB/s
+    with pytest.raises(InputError, match=r"scale_out.link_bytes_per_s.*above the nominal 50.0"):
+        check_links_within_nominal(cal, load_cluster("h100-hgx-2n"), "cal.json")
+
+
+def test_torus_dims_assigned_innermost_first() -> None:
+    p = place_mesh(load_cluster("tpu-v5p-256"), MeshShape(32, 8))  # dims [4, 8, 8]
+    assert p.col.resource == "torus dims 2" and p.col.link_multiplier == 2
+    assert p.row.resource == "torus dims 0+1" and p.row.link_multiplier == 4
+    assert not p.shared
+
+
+def test_node_count_in_the_preset_name() -> None:
+    c = load_cluster("h100-hgx-32n")
+    assert (c.name, c.num_chips, c.chips_per_node, c.num_nodes) == ("h100-hgx-32n", 256, 8, 32)
+    assert c.peak_flops_per_s("bf16") == pytest.approx(989e12)
+    assert c.hbm_bytes_per_s == pytest.approx(3.35e12)
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"node": None}, "node is required for topology switched"),
+        ({"scale_out": None}, "span several nodes but scale_out is missing"),
+        ({"num_chips": 12}, "not a whole number of 8-chip nodes"),
+        ({"torus": {"dims": [2, 8], "wraparound": [True, True], "link_gb_per_s": 1}},
+         "torus is set on a switched cluster"),
+    ],
+)  # fmt: skip
+def test_bad_cluster_files(patch, message) -> None:
+    data = {
+        "name": "x",
+        "num_chips": 16,
+        "topology": "switched",
+        "chip": "h100-sxm",
+        "node": {"chips_per_node": 8, "egress_gb_per_s": 450},
+        "scale_out": {"nic_gb_per_s": 50, "rails": 8},
+    }
+    data.update(patch)
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(InputError, match=message):
+        validate_spec(ClusterSpec, data, file="c.yaml")
+
+
+def test_calibration_above_peak_is_refused() -> None:
+    cal = _calibration(("switched",))
+    fast = cal.model_copy(
+        update={"compute": cal.compute.model_copy(update={"effective_flops_per_s": 1.2e15})}
+    )
+    with pytest.raises(InputError, match=r"1200.0 TFLOP/s, above the 989 TFLOP/s bf16 peak"):
+        compute_model_for(fast, load_cluster("h100-hgx"), "bf16", 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    m=st.integers(1, 1 << 16),
+    n=st.integers(1, 1 << 16),
+    k=st.integers(1, 1 << 16),
+    peak=st.floats(1e12, 5e15),
+    eff=st.floats(0.01, 1.0),
+    halves=st.tuples(*[st.floats(0, 4096)] * 3),
+    hbm=st.floats(1e11, 1e13),
+    element_bytes=st.sampled_from([1, 2, 4]),
+)
+def test_no_gemm_beats_peak_or_hbm(m, n, k, peak, eff, halves, hbm, element_bytes) -> None:
+    model = ComputeModel(peak, eff, *halves, hbm_bytes_per_s=hbm, element_bytes=element_bytes)
+    t = float(model.gemm_s(m, n, k))
+    assert t >= float(gemm_flops(m, n, k)) / peak * (1 - 1e-12)
+    assert t >= float(gemm_hbm_bytes(m, n, k, element_bytes)) / hbm * (1 - 1e-12)
+    assert math.isfinite(t)
+
+
+@pytest.mark.parametrize("cluster", ["h100-hgx-4n", "mi300x-node", "tpu-v5p-256", "h100-hgx"])
+def test_roofline_from_presets_never_beats_peak(cluster) -> None:
+    c = load_cluster(cluster)
+    cal, _ = load_calibration(c.spec.calibration)
+    model = compute_model_for(cal, c, "bf16", 2)
+    for m, n, k in [(8, 8192, 8192), (1024, 4096, 4096), (65536, 128, 64), (16384,) * 3]:
+        t = float(model.gemm_s(m, n, k))
+        assert t >= 2 * m * n * k / c.peak_flops_per_s("bf16")
+        assert t >= (m * k + k * n + m * n) * 2 / c.hbm_bytes_per_s
