@@ -76,13 +76,26 @@ def calibrate(
     from autotune.calibrate.coverage import detect_chip
     from autotune.calibrate.fit_comm import fit_all
     from autotune.calibrate.fit_compute import choose_dtype, fit_gemm
+    from autotune.calibrate.screen import screen_collectives, screen_gemms
     from autotune.loading import load_calibration
 
     files = [read_input(p, axes) for p in paths]
     base = load_calibration(base_ref)[0] if base_ref else None
     chip, chip_reason, chip_warnings = detect_chip(files, chip_ref)
-    collectives = [s for f in files for s in f.collectives]
-    gemms = [s for f in files for s in f.gemms]
+    # rows inconsistent with their group are reported and left out of every fit
+    collectives, excluded = screen_collectives([s for f in files for s in f.collectives])
+    gemms, excluded_gemms = screen_gemms([s for f in files for s in f.gemms])
+    excluded += excluded_gemms
+    if excluded:
+        kept = {id(s) for s in (*collectives, *gemms)}
+        files = [
+            replace(
+                f,
+                collectives=tuple(s for s in f.collectives if id(s) in kept),
+                gemms=tuple(s for s in f.gemms if id(s) in kept),
+            )
+            for f in files
+        ]
     resources = {f.path: f.resource for f in files}
     comm_fits = fit_all(collectives, model, resources)
     compute_fit = None
@@ -102,6 +115,8 @@ def calibrate(
         chip_reason=chip_reason,
         axes=tuple(a.value for a in axes),
     )
+    if excluded:
+        result = replace(result, warnings=(*excluded, *result.warnings))
     if chip_warnings or chip is None:
         extra = list(chip_warnings)
         if chip is None:

@@ -15,6 +15,7 @@ import numpy as np
 from autotune.errors import InputError, NoFeasiblePlanError
 from autotune.plan.context import SearchContext, check_calibration, search_context
 from autotune.plan.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
+from autotune.plan.fit_range import fit_range_warnings
 from autotune.plan.layers import FCLayer, fc_layers
 from autotune.plan.phase1 import Selection, Transpose, select
 from autotune.plan.results import (
@@ -306,7 +307,7 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
         peak_flops_per_s=ctx.cluster.peak_flops_per_s(inp.training.dtype.value),
         candidates=tuple(candidates),
         comparison=_comparison(policy, rows, mesh, sel, count),
-        warnings=warnings,
+        warnings=(*warnings, *fit_range_warnings(inp, mesh, layer_plans)),
         placement=ev.ctx.placement,
         one_d=one_d_comparison(candidates),
     )
