@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import ValidationError
 
 from autotune import __version__
 from autotune.calibrate.fit_comm import CommFit
@@ -206,7 +207,17 @@ def build_result(
         if not fit.usable:
             warnings.append(f"{pair}: not written: {fit.note}")
             continue
-        collectives.setdefault(fit.op.value, {})[fit.axis.value] = _link_spec(fit)
+        try:
+            link = _link_spec(fit)
+        except ValidationError as exc:  # a fitted value outside its plausible range
+            problem = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in problem.get("loc", ()))
+            warnings.append(
+                f"{pair}: not written: fitted {where} = {problem.get('input')!r} is outside "
+                "its plausible range (docs/reliability.md); check the measurements"
+            )
+            continue
+        collectives.setdefault(fit.op.value, {})[fit.axis.value] = link
         if fit.rms_rel_error > POOR_FIT_RMS:
             warnings.append(f"{pair}: poor fit, RMS relative error {fit.rms_rel_error:.0%}")
         if fit.note:

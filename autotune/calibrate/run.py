@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from autotune.calibrate.csv_format import looks_like_csv, parse_csv
 from autotune.calibrate.nccl_tests import looks_like_nccl_tests, parse_nccl_tests
 from autotune.calibrate.result import CalibrationResult, build_result
@@ -104,17 +106,28 @@ def calibrate(
         peak = chip.peak_flops_per_s(dtype) if chip is not None and chip.has_dtype(dtype) else None
         hbm = chip.hbm_bytes_per_s if chip is not None else None
         compute_fit = fit_gemm(gemms, dtype, peak, hbm)
-    result = build_result(
-        files,
-        comm_fits,
-        compute_fit,
-        name=name,
-        base=base,
-        base_ref=base_ref,
-        chip=chip,
-        chip_reason=chip_reason,
-        axes=tuple(a.value for a in axes),
-    )
+    try:
+        result = build_result(
+            files,
+            comm_fits,
+            compute_fit,
+            name=name,
+            base=base,
+            base_ref=base_ref,
+            chip=chip,
+            chip_reason=chip_reason,
+            axes=tuple(a.value for a in axes),
+        )
+    except ValidationError as exc:  # a fitted value outside its plausible range
+        problem = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in problem.get("loc", ()))
+        raise InputError(
+            "the fitted calibration is outside the plausible ranges (docs/reliability.md)",
+            file=paths[0] if len(paths) == 1 else None,
+            field=where,
+            value=problem.get("input"),
+            fix="check the measurements for mistyped sizes or times",
+        ) from None
     if excluded:
         result = replace(result, warnings=(*excluded, *result.warnings))
     if chip_warnings or chip is None:
