@@ -240,3 +240,19 @@ def test_plot_png_needs_the_extra_or_writes_an_image(repo_root, tmp_path):
     else:
         assert result.exit_code == 0
         assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_shows_the_calibrations_expected_error(repo_root, tmp_path):
+    cal = tmp_path / "cal.json"
+    assert run("calibrate", EXAMPLE, "--out", str(cal)).exit_code == 0
+    expected = json.loads(cal.read_text())["expected_error"]
+    table = run("plan", "examples/gpt3.yaml", "--calibration", str(cal))
+    assert table.exit_code == 0, table.output
+    median = expected["collective_median_rel_error"]
+    assert f"collectives {median:.1%} median" in " ".join(table.output.split())
+    doc = json.loads(run("plan", "examples/gpt3.yaml", "--calibration", str(cal), "--format",
+                         "json").stdout)  # fmt: skip
+    assert doc["inputs"]["calibration"]["expected_error"] == expected
+    # a calibration without held-out errors (the bundled presets) leaves the key out
+    old = json.loads(run("plan", "examples/gpt3.yaml", "--format", "json").stdout)
+    assert "expected_error" not in old["inputs"]["calibration"]

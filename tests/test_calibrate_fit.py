@@ -142,8 +142,10 @@ def test_single_shard_size_cannot_give_a_bandwidth():
     bw=st.floats(1e9, 1e12),
 )
 def test_exact_data_is_recovered_exactly(launch, sync, bw):
-    """Noise-free data from any non-negative parameters fits exactly."""
+    """Noise-free data from any non-negative parameters fits exactly (and
+    stays one straight line)."""
     fit = fit_collective(_samples(launch, sync, bw, reps=1))
+    assert fit.model == "linear"
     assert fit.rms_rel_error < 1e-6
     assert fit.launch_s == pytest.approx(launch, rel=1e-3, abs=1e-9)
     assert fit.sync_s == pytest.approx(sync, rel=1e-3, abs=1e-9)

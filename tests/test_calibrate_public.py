@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from autotune.calibrate.coverage import detect_chip
 from autotune.calibrate.fit_compute import fit_gemm
 from autotune.calibrate.run import calibrate, read_input
 from autotune.cli import main
@@ -91,7 +92,7 @@ def test_calibrate_with_no_other_flag(repo_root, tmp_path, name):
     assert doc["expected_error"] is not None or name == "a100_sendrecv_note.md"
 
 
-def test_chips_and_resources_from_the_logs(repo_root):
+def test_chips_and_resources_from_the_logs():
     expect = {
         "h100_2node_all_reduce_a3mega.txt": ("h100-sxm", "scale_out"),
         "mi300x_1node_rccl_all_reduce.txt": ("mi300x", "intra_node"),
@@ -100,9 +101,10 @@ def test_chips_and_resources_from_the_logs(repo_root):
         "a100_sendrecv_note.md": (None, "intra_node"),
     }
     for name, (chip, resource) in expect.items():
-        result = calibrate([str(LOGS / name)], axes=(Axis.ROW,))
-        assert result.spec.chip == chip, name
-        assert result.comm_fits[0].resource == resource, name
+        parsed = read_input(str(LOGS / name), (Axis.ROW,))
+        found, _, _ = detect_chip([parsed], None)
+        assert (found.name if found else None) == chip, name
+        assert parsed.resource == resource, name
 
 
 def test_the_two_layouts_of_the_issue_parse(repo_root, tmp_path):
@@ -172,3 +174,19 @@ def test_gemm_table_held_out_and_never_above_peak(repo_root):
     m, n, k = np.meshgrid(sizes, sizes, sizes)
     rate = gemm_flops(m, n, k) / model.gemm_s(m, n, k)
     assert float(rate.max()) <= peak * (1 + 1e-12)
+
+
+def test_cluster_names_the_chip_for_a_log_without_device_names(repo_root, tmp_path):
+    out = tmp_path / "cal.json"
+    log = str(LOGS / "a100_sendrecv_note.md")
+    result = CliRunner().invoke(
+        main, ["calibrate", log, "--cluster", "a100-hgx", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["chip"] is not None and doc["chip"].startswith("a100")
+    assert "named by --chip" in " ".join(result.output.split())
+    bad = CliRunner().invoke(
+        main, ["calibrate", log, "--cluster", "a100-hgx", "--chip", "mi300x", "--out", str(out)]
+    )
+    assert bad.exit_code == 2 and "but --chip is mi300x" in bad.stderr

@@ -221,3 +221,58 @@ def test_an_unbounded_rate_above_peak_is_held_at_peak_and_said():
     fit = fit_gemm(rows, "bf16", peak, None)
     assert fit.effective_flops_per_s <= peak * (1 + 1e-9)
     assert "above the chip's peak and was rejected" in (fit.note or "")
+
+
+def test_two_ring_sizes_separate_launch_from_sync_in_every_regime():
+    sizes = np.array([2.0**i for i in range(8, 26)])
+    shard = np.concatenate([sizes, sizes])
+    ring = np.concatenate([np.full_like(sizes, 4.0), np.full_like(sizes, 8.0)])
+    small = shard <= 2**15
+    launch = np.where(small, 8e-6, 25e-6)
+    sync = np.where(small, 1e-6, 3e-6)
+    bw = np.where(small, 5e9, 6e10)
+    t = launch + (ring - 1) * (sync + shard / bw)
+    fit = fit_regimes(ring, shard, t, 2)
+    assert fit is not None
+    (l0, s0, inv0), (l1, s1, inv1) = fit.coefs
+    assert (l0, s0, 1 / inv0) == pytest.approx((8e-6, 1e-6, 5e9), rel=1e-6)
+    assert (l1, s1, 1 / inv1) == pytest.approx((25e-6, 3e-6, 6e10), rel=1e-6)
+
+
+def test_check_flags_and_summarises(tmp_path, repo_root):
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    runner = CliRunner()
+    missing = runner.invoke(main, ["calibrate", "--check", "nope.json", "x.csv"])
+    assert missing.exit_code == 2 and "nope.json" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    both = runner.invoke(
+        main,
+        ["calibrate", "--check", "tpu-v4", "--out", "x.json", "calibration_data/example_bench.csv"],
+    )
+    assert both.exit_code == 2 and "--check reads a calibration and writes nothing" in both.stderr
+    neither = runner.invoke(main, ["calibrate", "calibration_data/example_bench.csv"])
+    assert neither.exit_code == 2 and "needs --out" in neither.stderr
+    ok = runner.invoke(
+        main,
+        [
+            "calibrate",
+            "--check",
+            "tpu-v4",
+            "calibration_data/example_bench.csv",
+            "--format",
+            "json",
+        ],
+    )
+    assert ok.exit_code == 0, ok.output
+    import json
+
+    doc = json.loads(ok.stdout)
+    # the example CSV was generated from the tpu-v4 links (5% noise, 5% outliers) and a
+    # 266e12 FLOP/s curve the preset lacks: collectives close, GEMMs off for thin shapes
+    assert doc["summary"]["collective"]["median"] < 0.06
+    assert doc["summary"]["all"]["rows"] == len(
+        [r for r in doc["rows"] if r["rel_error"] is not None]
+    )

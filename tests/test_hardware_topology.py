@@ -27,16 +27,23 @@ from cost_models.compute import gemm_flops, gemm_hbm_bytes
 W = 100e9  # unit link rate of the test calibration, bytes/s
 
 
-def _calibration(keys: tuple[str, ...], rate: float = W) -> CalibrationSpec:
-    """Zero latencies, one rate per unit link: times are bytes / bandwidth."""
-    link = {"launch_s": 0.0, "sync_s": 0.0, "link_bytes_per_s": rate}
+def _calibration(
+    keys: tuple[str, ...], rate: float = W, rates: dict[str, float] | None = None
+) -> CalibrationSpec:
+    """Zero latencies, one rate per unit link (or per key in `rates`):
+    times are bytes / bandwidth."""
+    rates = rates or {}
+
+    def link(key: str) -> dict:
+        return {"launch_s": 0.0, "sync_s": 0.0, "link_bytes_per_s": rates.get(key, rate)}
+
     ops = ("all_gather", "reduce_scatter", "send_recv")
     return CalibrationSpec.model_validate(
         {
             "schema": "meshtune.calibration/1",
             "name": "unit",
             "source": "test",
-            "collectives": {op: {k: dict(link) for k in keys} for op in ops},
+            "collectives": {op: {k: link(k) for k in keys} for op in ops},
             "compute": {"dtype": "bf16", "effective_flops_per_s": 1e12},
         }
     )
@@ -109,6 +116,17 @@ def test_axis_spanning_nodes_is_bounded_by_the_nic() -> None:
     row = comm.link(CollectiveOp.ALL_GATHER, Axis.ROW)
     assert row.link_bytes_per_s == pytest.approx(50e9 * 0.9)
     assert row.link_bytes_per_s <= p.row.nominal_bytes_per_s
+
+
+def test_crossing_axis_time_is_bytes_over_the_nic() -> None:
+    # 4 x 8 on 4 nodes, OS unsliced: B all-gathered along row (4 chips across
+    # the rails, 3 steps of 256x128x2 B at the NIC's 40 GB/s), A along col
+    # (8 chips in the node, 7 steps of 256x128x2 B at 400 GB/s); separate
+    # resources, so the prologue is the slower of the two: the NIC's
+    cal = _calibration(("switched", "scale_out"), rates={"switched": 400e9, "scale_out": 40e9})
+    shard = 256 * 128 * 2
+    t = _os_prologue_s("h100-hgx-4n", MeshShape(4, 8), cal)
+    assert t == pytest.approx(max(3 * shard / 40e9, 7 * shard / 400e9)) == 3 * shard / 40e9
 
 
 def test_calibration_above_nominal_links_is_refused() -> None:
@@ -193,3 +211,22 @@ def test_roofline_from_presets_never_beats_peak(cluster) -> None:
         t = float(model.gemm_s(m, n, k))
         assert t >= 2 * m * n * k / c.peak_flops_per_s("bf16")
         assert t >= (m * k + k * n + m * n) * 2 / c.hbm_bytes_per_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lat=st.tuples(st.floats(0, 1e-3), st.floats(0, 1e-3)),
+    xfer=st.tuples(st.floats(0, 1e-2), st.floats(0, 1e-2)),
+)
+def test_shared_resource_adds_separate_overlaps(lat, xfer) -> None:
+    from cost_models import CommModel
+    from cost_models.concurrency import concurrent_s
+
+    calls = [(Axis.ROW, lat[0], xfer[0]), (Axis.COL, lat[1], xfer[1])]
+    alone = [lat[0] + xfer[0], lat[1] + xfer[1]]
+    separate = float(concurrent_s(calls, CommModel({})))
+    shared = float(concurrent_s(calls, CommModel({}, {Axis.ROW: "sw", Axis.COL: "sw"})))
+    assert separate == pytest.approx(max(alone))
+    assert shared >= separate - 1e-15
+    assert shared >= min(lat) + sum(xfer) - 1e-15
+    assert shared <= sum(alone) + 1e-15

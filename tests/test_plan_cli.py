@@ -33,7 +33,7 @@ def test_plan_golden_json(repo_root, example, golden, extra):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     PlanDocument.model_validate(doc)
-    assert doc["schema"] == "meshtune.plan/1"
+    assert doc["schema"] == "meshtune.plan/2"
     assert doc["mesh"]["num_rows"] * doc["mesh"]["num_cols"] == 256
     path = GOLDEN / golden
     if UPDATE:
@@ -73,14 +73,14 @@ def test_dataflow_flag_always_w(repo_root):
 
 def test_cluster_override_changes_chip_count(repo_root):
     doc = json.loads(
-        run("plan", "examples/gpt3.yaml", "--cluster", "tpu-v4-64", "--format", "json").stdout
+        run("plan", "examples/gpt3.yaml", "--cluster", "tpu-v4-1024", "--format", "json").stdout
     )
-    assert doc["mesh"]["num_chips"] == 64
+    assert doc["mesh"]["num_chips"] == 1024
 
 
 def test_schema_is_exported():
     schema = plan_json_schema()
-    assert schema["properties"]["schema"]["const"] == "meshtune.plan/1"
+    assert schema["properties"]["schema"]["const"] == "meshtune.plan/2"
 
 
 def test_presets_lists_bundled(repo_root):

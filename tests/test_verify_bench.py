@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from autotune.calibrate.csv_format import parse_csv
 from autotune.verify.bench import BenchRow, default_meshes, to_csv
 from cost_models import MeshShape
@@ -33,3 +35,25 @@ def test_csv_is_what_calibrate_reads():
     parsed = parse_csv(text, "bench.csv")
     assert parsed.kind == "meshtune-csv"
     assert (len(parsed.collectives), len(parsed.gemms)) == (2, 1)
+
+
+def test_overlap_rows_round_trip_and_give_the_slowdown():
+    from autotune.calibrate.fit_overlap import fit_overlap
+
+    rows = [
+        BenchRow("gemm", "fp32", 2.0e-3, m=256, n=256, k=256),
+        BenchRow("overlap", "fp32", 2.5e-3, op="all_gather", axis="row", ring_size=4,
+                 shard_bytes=65536, m=256, n=256, k=256),
+        BenchRow("overlap", "fp32", 2.2e-3, op="all_gather", axis="col", ring_size=2,
+                 shard_bytes=65536, m=256, n=256, k=256),
+        BenchRow("overlap", "fp32", 9.9e-3, op="all_gather", axis="col", ring_size=2,
+                 shard_bytes=65536, m=64, n=64, k=64),
+    ]  # fmt: skip
+    text = to_csv(rows, "jax 0 on cpu, 8 devices")
+    assert text.splitlines()[3] == "overlap,all_gather,row,4,65536,256,256,256,fp32,0.0025"
+    parsed = parse_csv(text, "bench.csv")
+    assert len(parsed.overlaps) == 3 and parsed.overlaps[0].collective.ring_size == 4
+    fit = fit_overlap(parsed.overlaps, parsed.gemms)
+    # 2.5/2.0 and 2.2/2.0; the 64^3 row has no GEMM-alone row and is skipped
+    assert fit.per_row == pytest.approx((1.25, 1.1)) and fit.skipped == 1
+    assert fit.slowdown == pytest.approx(1.175) and fit.note is None

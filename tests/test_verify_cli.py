@@ -196,7 +196,10 @@ def test_gemms_without_expressions_verify_one_by_one(tmp_path):
     ("text", "message"),
     [
         ("{", "is not valid JSON"),
-        ('{"schema": "other/1"}', "schema: got 'other/1'; is not a meshtune.plan/1 document"),
+        (
+            '{"schema": "other/1"}',
+            "schema: got 'other/1'; is not a meshtune.plan/2 (or meshtune.plan/1) document",
+        ),
         (
             '{"schema": "meshtune.plan/1", "mesh": {"num_rows": 0, "num_cols": 2, '
             '"block_size": 1}, "layers": []}',

@@ -121,15 +121,26 @@ def test_bench_calibrate_plan_chain(tmp_path):
     assert lines[0] == "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds"
     rows = [ln.split(",") for ln in lines[1:]]
     # 2x4 and 4x2: rings of 2 and 4 on each axis, both ops, 3 sizes; then the GEMMs
-    collectives = {(r[1], r[2], r[3]) for r in rows if r[0] == "collective"}
+    collectives = {(r[1], r[2], r[3]) for r in rows if r[0] == "collective" and r[1] != "send_recv"}
     assert collectives == {
         (op, ax, p) for op in ("all_gather", "reduce_scatter") for ax in ("row", "col")
         for p in ("2", "4")
     }  # fmt: skip
     assert all(float(r[9]) > 0 for r in rows) and any(r[0] == "gemm" for r in rows)
+    # send-recv (one hop, ring_size 2) on each axis of the first mesh, and a GEMM timed
+    # beside an all-gather on each axis, whose shape has a GEMM-alone row
+    send_recv = {(r[2], r[3]) for r in rows if r[0] == "collective" and r[1] == "send_recv"}
+    assert send_recv == {("row", "2"), ("col", "2")}
+    overlap = [r for r in rows if r[0] == "overlap"]
+    assert {r[2] for r in overlap} == {"row", "col"}
+    gemm_shapes = {tuple(r[5:8]) for r in rows if r[0] == "gemm"}
+    assert all(tuple(r[5:8]) in gemm_shapes for r in overlap)
     runner = CliRunner()
     res = runner.invoke(main, ["calibrate", str(csv_path), "--out", str(cal_path)])
     assert res.exit_code == 0, res.output
+    cal = json.loads(cal_path.read_text())
+    assert "send_recv" in cal["collectives"] and cal["overlap_slowdown"] >= 1.0
+    assert "overlap_slowdown: not measured" not in res.output
     example = str(REPO / "examples" / "gpt3.yaml")
     res = runner.invoke(
         main, ["plan", example, "--calibration", str(cal_path), "--out", str(plan_path)]

@@ -57,13 +57,21 @@ class CrossValidationResult:
 
 
 def cross_validate(
-    ring: np.ndarray, shard: np.ndarray, t: np.ndarray, fitter: Fitter
+    ring: np.ndarray,
+    shard: np.ndarray,
+    t: np.ndarray,
+    fitter: Fitter,
+    interpolation_errors: np.ndarray | None = None,
 ) -> CrossValidationResult:
-    """Both schemes for the points (ring, shard, t) and a refitting function."""
+    """Both schemes for the points (ring, shard, t) and a refitting function;
+    `interpolation_errors`, when the caller already left each inner size out
+    with the same model, are used as they are."""
     sizes = np.unique(shard)
     notes: list[str] = []
     interp: list[float] = []
-    for size in sizes[1:-1]:
+    if interpolation_errors is not None and len(interpolation_errors):
+        interp = [float(e) for e in interpolation_errors]
+    for size in sizes[1:-1] if not interp else ():
         held = shard == size
         predict = fitter(~held)
         if predict is None:

@@ -3,7 +3,9 @@
 Header `kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds`; `#` lines are
 comments. `collective` rows fill op, axis, ring_size, shard_bytes and leave
 m, n, k empty; `gemm` rows fill m, n, k and leave op, axis, ring_size,
-shard_bytes empty; dtype is bf16, fp16, fp32 or fp8; seconds > 0.
+shard_bytes empty; `overlap` rows fill both (a GEMM timed while the
+collective runs beside it; seconds is the time of the pair); dtype is bf16,
+fp16, fp32 or fp8; seconds > 0.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import io
 import math
 from collections.abc import Iterable, Iterator
 
-from autotune.calibrate.samples import CollectiveSample, GemmSample, ParsedFile
+from autotune.calibrate.samples import CollectiveSample, GemmSample, OverlapSample, ParsedFile
 from autotune.errors import InputError
 from cost_models import Axis, CollectiveOp
 
@@ -100,6 +102,72 @@ def _rows(source: Iterable[str], path: str, first_line: int) -> Iterator[list[st
         yield cells
 
 
+def _collective_fields(
+    row: dict[str, str], path: str, line: int
+) -> tuple[CollectiveOp, Axis, int, float]:
+    """op, axis, ring_size and shard_bytes of a collective (or overlap) row."""
+    if row["op"] not in OPS:
+        raise InputError(
+            "is not a known operation",
+            file=path,
+            line=line,
+            field="op",
+            value=row["op"],
+            fix=f"use one of {', '.join(OPS)}",
+        )
+    if row["axis"] not in ("row", "col"):
+        raise InputError(
+            "is not a mesh axis",
+            file=path,
+            line=line,
+            field="axis",
+            value=row["axis"],
+            fix="use row or col",
+        )
+    ring = _positive_int(row["ring_size"], file=path, line=line, field="ring_size")
+    if ring < 2:
+        raise InputError(
+            "must be >= 2 (a ring of one chip sends nothing)",
+            file=path,
+            line=line,
+            field="ring_size",
+            value=row["ring_size"],
+            fix="measure rings of 2 or more chips",
+        )
+    shard = _number(
+        row["shard_bytes"],
+        float,
+        file=path,
+        line=line,
+        field="shard_bytes",
+        fix="write the per-chip piece in bytes (> 0)",
+    )
+    if shard <= 0:
+        raise InputError(
+            "must be > 0",
+            file=path,
+            line=line,
+            field="shard_bytes",
+            value=row["shard_bytes"],
+            fix="write the per-chip piece in bytes (> 0)",
+        )
+    return CollectiveOp(row["op"]), Axis(row["axis"]), ring, shard
+
+
+def _gemm_fields(row: dict[str, str], dtype: str, path: str, line: int) -> tuple[int, int, int]:
+    """m, n, k of a gemm (or overlap) row, which must name its dtype."""
+    if not dtype:
+        raise InputError(
+            f"is required in a {row['kind'].lower()} row",
+            file=path,
+            line=line,
+            field="dtype",
+            fix=f"use one of {', '.join(DTYPES)}",
+        )
+    m, n, k = (_positive_int(row[d], file=path, line=line, field=d) for d in "mnk")
+    return m, n, k
+
+
 def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
     """Read a benchmark CSV; the first bad row raises an InputError naming
     the file, the line, the column, the value and the fix."""
@@ -136,6 +204,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
 
     collectives: list[CollectiveSample] = []
     gemms: list[GemmSample] = []
+    overlaps: list[OverlapSample] = []
     body = "\n".join(lines[header_line:])
     for offset, cells in enumerate(_rows(io.StringIO(body), path, header_line + 1)):
         line = header_line + 1 + offset
@@ -179,68 +248,24 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
         kind = row["kind"].lower()
         if kind == "collective":
             _require_empty(row, _GEMM_ONLY, "collective", path, line)
-            if row["op"] not in OPS:
-                raise InputError(
-                    "is not a known operation",
-                    file=path,
-                    line=line,
-                    field="op",
-                    value=row["op"],
-                    fix=f"use one of {', '.join(OPS)}",
-                )
-            if row["axis"] not in ("row", "col"):
-                raise InputError(
-                    "is not a mesh axis",
-                    file=path,
-                    line=line,
-                    field="axis",
-                    value=row["axis"],
-                    fix="use row or col",
-                )
-            ring = _positive_int(row["ring_size"], file=path, line=line, field="ring_size")
-            if ring < 2:
-                raise InputError(
-                    "must be >= 2 (a ring of one chip sends nothing)",
-                    file=path,
-                    line=line,
-                    field="ring_size",
-                    value=row["ring_size"],
-                    fix="measure rings of 2 or more chips",
-                )
-            shard = _number(
-                row["shard_bytes"],
-                float,
-                file=path,
-                line=line,
-                field="shard_bytes",
-                fix="write the per-chip piece in bytes (> 0)",
-            )
-            if shard <= 0:
-                raise InputError(
-                    "must be > 0",
-                    file=path,
-                    line=line,
-                    field="shard_bytes",
-                    value=row["shard_bytes"],
-                    fix="write the per-chip piece in bytes (> 0)",
-                )
-            collectives.append(
-                CollectiveSample(
-                    CollectiveOp(row["op"]), Axis(row["axis"]), ring, shard, seconds, path, line
-                )
-            )
+            op, axis, ring, shard = _collective_fields(row, path, line)
+            collectives.append(CollectiveSample(op, axis, ring, shard, seconds, path, line))
         elif kind == "gemm":
             _require_empty(row, _COLLECTIVE_ONLY, "gemm", path, line)
-            if not dtype:
-                raise InputError(
-                    "is required in a gemm row",
-                    file=path,
-                    line=line,
-                    field="dtype",
-                    fix=f"use one of {', '.join(DTYPES)}",
-                )
-            m, n, k = (_positive_int(row[d], file=path, line=line, field=d) for d in "mnk")
+            m, n, k = _gemm_fields(row, dtype, path, line)
             gemms.append(GemmSample(m, n, k, dtype, seconds, path, line))
+        elif kind == "overlap":
+            op, axis, ring, shard = _collective_fields(row, path, line)
+            m, n, k = _gemm_fields(row, dtype, path, line)
+            overlaps.append(
+                OverlapSample(
+                    GemmSample(m, n, k, dtype, seconds, path, line),
+                    CollectiveSample(op, axis, ring, shard, seconds, path, line),
+                    seconds,
+                    path,
+                    line,
+                )
+            )
         else:
             raise InputError(
                 "is not a row kind",
@@ -248,9 +273,9 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                 line=line,
                 field="kind",
                 value=row["kind"],
-                fix="use collective or gemm",
+                fix="use collective, gemm or overlap",
             )
-    if not collectives and not gemms:
+    if not collectives and not gemms and not overlaps:
         raise InputError(
             "has a header but no measurement rows",
             file=path,
@@ -262,5 +287,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
         sha256=digest,
         collectives=tuple(collectives),
         gemms=tuple(gemms),
-        description=f"{len(collectives)} collective and {len(gemms)} gemm rows",
+        description=f"{len(collectives)} collective and {len(gemms)} gemm rows"
+        + (f", {len(overlaps)} overlap rows" if overlaps else ""),
+        overlaps=tuple(overlaps),
     )

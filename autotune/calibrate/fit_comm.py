@@ -1,8 +1,12 @@
-"""Fit the linear ring-collective model to measured times.
+"""Fit the ring-collective model to measured times: one straight line, or
+one line per size regime (autotune.calibrate.regimes) when leave-one-size-out
+validation prefers regimes; and cross-validate it (autotune.calibrate.crossval).
 
 Model (model.md section 4; seed 000 equation 5), per operation and mesh axis::
 
     t = launch_s + (P - 1) * (sync_s + shard_bytes / link_bytes_per_s)
+
+The straight-line fit:
 
 It is linear in `(launch_s, sync_s, 1 / link_bytes_per_s)` with regressors
 `(1, P - 1, (P - 1) * shard_bytes)`. meshtune fits it on relative residuals
@@ -274,7 +278,7 @@ def _outliers(rel: np.ndarray) -> np.ndarray:
 
 
 def fit_collective(
-    samples: Sequence[CollectiveSample], model: str = "auto", cross_validate: bool = True
+    samples: Sequence[CollectiveSample], model: str = "auto", cross_validate: bool = False
 ) -> CommFit:
     """Fit one operation on one mesh axis: `linear` (one straight line),
     `regimes` (one line per size range) or `auto` (regimes when
@@ -286,10 +290,11 @@ def fit_collective(
     t = np.array([s.seconds for s in samples], dtype=float)
     num_sizes = len(np.unique(shard))
     count = 1
+    held_out = None  # leave-one-size-out errors of the chosen count, reused below
     if model != "linear" and linear.usable and num_sizes >= 2 * regimes_mod.MIN_SIZES:
-        count, _ = regimes_mod.choose_regime_count(ring, shard, t)
-        if model == "regimes":
-            count = max(count, 2)
+        count, held_out = regimes_mod.choose_regime_count(ring, shard, t)
+        if model == "regimes" and count < 2:
+            count, held_out = 2, None
     if count == 1:
         cv = cross_validate_fit(ring, shard, t, _linear_fitter(samples)) if cross_validate else None
         return replace(linear, cv=cv)
@@ -320,7 +325,9 @@ def fit_collective(
     )
     top = regimes[-1]
     cv = (
-        cross_validate_fit(ring, shard, t, regimes_mod.regime_fitter(ring, shard, t, count))
+        cross_validate_fit(
+            ring, shard, t, regimes_mod.regime_fitter(ring, shard, t, count), held_out
+        )
         if cross_validate
         else None
     )
@@ -372,7 +379,7 @@ def fit_all(
         group = groups[(op, axis)]
         data = (op, tuple((s.ring_size, s.shard_bytes, s.seconds, s.file, s.line) for s in group))
         if data not in done:
-            done[data] = fit_collective(group, model)
+            done[data] = fit_collective(group, model, cross_validate=True)
         kinds = {(resources or {}).get(s.file) for s in group}
         resource = kinds.pop() if len(kinds) == 1 else "mixed"
         fits.append(replace(done[data], axis=axis, resource=resource))

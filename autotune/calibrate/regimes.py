@@ -47,6 +47,9 @@ TRUNCATE = 0.3
 MIN_GAIN = 0.3
 #: and each further regime must cut the best so far by this fraction
 MIN_EXTRA_GAIN = 0.05
+#: and every cut must be worth at least this much absolute error (a line that
+#: already fits to rounding error stays a line)
+MIN_ABS_GAIN = 0.002
 
 
 @dataclass(frozen=True)
@@ -100,14 +103,35 @@ def _segment_costs(
     split_sync = len(np.unique(ring)) > 1
     sizes = np.unique(shard)
     m = len(sizes)
+    order = np.argsort(shard, kind="stable")
+    ring, shard, t = ring[order], shard[order], t[order]
     where = np.searchsorted(sizes, shard)
+    first = np.searchsorted(where, np.arange(m), side="left")
+    last = np.searchsorted(where, np.arange(m), side="right")
+    # relative design rows a = x / t: a line's relative residuals are a @ beta - 1;
+    # per-column scaling keeps the normal equations well conditioned
+    a = _design(ring, shard, split_sync) / t[:, None]
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    a = a / scale
+    gram = np.concatenate([np.zeros((1, a.shape[1], a.shape[1])), np.cumsum(
+        a[:, :, None] * a[:, None, :], axis=0)])  # fmt: skip
+    rhs = np.concatenate([np.zeros((1, a.shape[1])), np.cumsum(a, axis=0)])
     cost = np.full((m, m), np.inf)
     for i in range(m):
+        lo = first[i]
         for j in range(i + MIN_SIZES - 1, m):
-            rows = (where >= i) & (where <= j)
-            _, rel = _line(ring[rows], shard[rows], t[rows], split_sync)
+            hi = last[j]
+            beta = None
+            try:
+                beta = np.linalg.solve(gram[hi] - gram[lo], rhs[hi] - rhs[lo])
+            except np.linalg.LinAlgError:
+                pass
+            if beta is None or np.any(beta < 0):
+                beta, _ = nnls(a[lo:hi], np.ones(hi - lo))  # the bound binds
+            rel = a[lo:hi] @ beta - 1.0
             cost[i, j] = float(np.sum(np.minimum(rel**2, TRUNCATE**2)))
-    return sizes, where, cost, split_sync
+    return sizes, np.searchsorted(sizes, shard[np.argsort(order)]), cost, split_sync
 
 
 def _segment(cost: np.ndarray, num_regimes: int) -> list[int] | None:
@@ -174,6 +198,13 @@ def leave_size_out_errors(
     for size in sizes[1:-1]:
         held = shard == size
         r, s, tt = ring[~held], shard[~held], t[~held]
+        if counts == (1,):  # one line: no segmentation to search
+            if len(np.unique(s)) < MIN_SIZES:
+                return {}
+            line, _ = _line(r, s, tt, len(np.unique(r)) > 1)
+            fit = RegimeFit(bounds=(), coefs=(line,))
+            errors[1].extend(np.abs(fit.predict(ring[held], shard[held]) / t[held] - 1.0))
+            continue
         fold_sizes, where, cost, split_sync = _segment_costs(r, s, tt)
         for k in counts:
             starts = _segment(cost, k)
@@ -194,16 +225,19 @@ def choose_regime_count(
     errors. Regimes must beat the straight line by MIN_GAIN (relative), so
     a straight-line curve with noise keeps one regime; each further regime
     must beat the best so far by MIN_EXTRA_GAIN."""
-    by_count = leave_size_out_errors(ring, shard, t, tuple(range(1, MAX_REGIMES + 1)))
-    if 1 not in by_count:
+    line_only = leave_size_out_errors(ring, shard, t, (1,))
+    if 1 not in line_only:
         return 1, np.array([])
-    line_err = float(np.median(by_count[1]))
+    line_err = float(np.median(line_only[1]))
+    if line_err <= MIN_ABS_GAIN:
+        return 1, line_only[1]  # the line already predicts to rounding error
+    by_count = leave_size_out_errors(ring, shard, t, tuple(range(1, MAX_REGIMES + 1)))
     chosen, chosen_err = 1, line_err
     for k in sorted(by_count):
         err = float(np.median(by_count[k]))
         # regimes must beat the line clearly; then each extra regime must still help
         gain = MIN_GAIN if chosen == 1 else MIN_EXTRA_GAIN
-        if k > 1 and err < chosen_err * (1.0 - gain):
+        if k > 1 and err < chosen_err * (1.0 - gain) and chosen_err - err > MIN_ABS_GAIN:
             chosen, chosen_err = k, err
     return chosen, by_count[chosen]
 

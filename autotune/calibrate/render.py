@@ -215,6 +215,14 @@ def render_calibration(
             )
         console.print(f"expected error (held out): {'; '.join(parts)}", highlight=False)
 
+    if result.overlap_fit is not None:
+        o = result.overlap_fit
+        console.print(
+            f"overlap_slowdown {o.slowdown:.3f}: median of {len(o.per_row)} overlap rows "
+            f"(GEMM beside a collective / GEMM alone)"
+            + (f", {o.skipped} without a GEMM-alone row skipped" if o.skipped else ""),
+            highlight=False,
+        )
     series = plot_series(result)
     console.print("\n[bold]Measured vs fitted[/bold] (points on the dotted diagonal fit exactly)")
     for line in loglog_scatter(series):

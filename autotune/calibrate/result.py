@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from autotune import __version__
 from autotune.calibrate.fit_comm import CommFit
 from autotune.calibrate.fit_compute import ComputeFit
+from autotune.calibrate.fit_overlap import OverlapFit
 from autotune.calibrate.samples import ParsedFile
 from autotune.errors import InputError
 from autotune.specs.calibration import (
@@ -61,6 +62,7 @@ class CalibrationResult:
     compute_fit: ComputeFit | None
     warnings: tuple[str, ...]
     chip_reason: str = ""  # how the chip was found, or why it was not
+    overlap_fit: OverlapFit | None = None
 
 
 def _cross_validation(fit: CommFit) -> CrossValidation | None:
@@ -193,6 +195,7 @@ def build_result(
     chip: ChipSpec | None = None,
     chip_reason: str = "",
     axes: Sequence[str] = ("row", "col"),
+    overlap_fit: OverlapFit | None = None,
 ) -> CalibrationResult:
     """Assemble the calibration: fitted entries, then what can be derived
     from them, then (only for what is still missing) the base calibration's
@@ -287,7 +290,11 @@ def build_result(
             "measure them or pass --base CAL"
         )
     overlap = base.overlap_slowdown if base is not None else 1.0
-    if base is None:
+    if overlap_fit is not None:
+        overlap = overlap_fit.slowdown
+        if overlap_fit.note:
+            warnings.append(f"overlap_slowdown: {overlap_fit.note}")
+    elif base is None:
         warnings.append(
             "overlap_slowdown: not measured, 1.0 assumed (compute is not slowed by a "
             "collective running beside it); meshtune bench measures it"
@@ -336,6 +343,7 @@ def build_result(
         compute_fit=compute_fit,
         warnings=tuple(warnings),
         chip_reason=chip_reason,
+        overlap_fit=overlap_fit,
     )
 
 

@@ -106,11 +106,15 @@ def calibrate(
         peak = chip.peak_flops_per_s(dtype) if chip is not None and chip.has_dtype(dtype) else None
         hbm = chip.hbm_bytes_per_s if chip is not None else None
         compute_fit = fit_gemm(gemms, dtype, peak, hbm)
+    from autotune.calibrate.fit_overlap import fit_overlap
+
+    overlap_fit = fit_overlap([o for f in files for o in f.overlaps], gemms)
     try:
         result = build_result(
             files,
             comm_fits,
             compute_fit,
+            overlap_fit=overlap_fit,
             name=name,
             base=base,
             base_ref=base_ref,

@@ -36,6 +36,18 @@ class GemmSample:
 
 
 @dataclass(frozen=True)
+class OverlapSample:
+    """A GEMM and a collective run side by side; `seconds` is the time of
+    the pair (the compute slowdown is seconds / the GEMM alone)."""
+
+    gemm: GemmSample
+    collective: CollectiveSample
+    seconds: float
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
 class ParsedFile:
     """Everything read from one input file."""
 
@@ -49,8 +61,9 @@ class ParsedFile:
     device_names: tuple[str, ...] = ()  # device text of the log's rank lines
     num_hosts: int | None = None  # hosts the ranks ran on; None when not stated
     resource: str | None = None  # intra_node, scale_out, or None (not stated / CSV)
+    overlaps: tuple[OverlapSample, ...] = ()
 
     @property
     def num_rows(self) -> int:
         """Measurements read from the file."""
-        return len(self.collectives) + len(self.gemms)
+        return len(self.collectives) + len(self.gemms) + len(self.overlaps)

@@ -50,8 +50,9 @@ def _parse_mesh(text: str):
 @guarded
 def bench(backend: str, out: str, meshes: tuple[str, ...], dtype: str, quick: bool) -> None:
     """Measure all-gather and reduce-scatter along each mesh axis over a sweep
-    of shard sizes, and local GEMMs, and write meshtune's benchmark CSV for
-    `meshtune calibrate`.
+    of shard sizes, send-recv to the ring neighbour, local GEMMs, and the
+    largest GEMM beside an all-gather (the overlap slowdown), and write
+    meshtune's benchmark CSV for `meshtune calibrate`.
 
     Exit codes: 0 ok, 2 bad input (e.g. JAX missing or too few devices).
     """

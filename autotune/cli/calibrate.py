@@ -45,6 +45,13 @@ from autotune.errors import InputError
     "its peak bounds the GEMM curve and gives compute when there are no GEMM rows.",
 )
 @click.option(
+    "--cluster",
+    "cluster",
+    metavar="PRESET_OR_FILE",
+    default=None,
+    help="Cluster the measurements ran on; its chip is used as with --chip.",
+)
+@click.option(
     "--collective-model",
     "collective_model",
     type=click.Choice(["auto", "regimes", "linear"]),
@@ -83,6 +90,7 @@ def calibrate(
     fmt: str,
     axis: str,
     chip: str | None,
+    cluster: str | None,
     collective_model: str,
     base: str | None,
     accept_poor_fit: bool,
@@ -123,6 +131,8 @@ def calibrate(
         from autotune.calibrate.plot_png import require_matplotlib
 
         require_matplotlib()
+    if cluster is not None:
+        chip = _chip_of_cluster(cluster, chip)
     result = run_calibrate(
         list(files),
         axes=axes,
@@ -188,3 +198,25 @@ def _check(cal_ref: str, files: tuple[str, ...], axes: tuple, fmt: str) -> None:
         from autotune.calibrate.render_check import render_check
 
         render_check(result)
+
+
+def _chip_of_cluster(cluster_ref: str, chip_ref: str | None) -> str:
+    """The chip preset a cluster names (it must name one, and agree with --chip)."""
+    from autotune.loading import load_cluster_spec
+
+    cluster, _ = load_cluster_spec(cluster_ref)
+    if cluster.chip is None:
+        raise InputError(
+            "names no chip preset",
+            field="--cluster",
+            value=cluster_ref,
+            fix="pass --chip PRESET, or add `chip:` to the cluster file",
+        )
+    if chip_ref is not None and chip_ref != cluster.chip:
+        raise InputError(
+            f"names chip {cluster.chip} but --chip is {chip_ref}",
+            field="--cluster",
+            value=cluster_ref,
+            fix="pass one of them",
+        )
+    return cluster.chip

@@ -45,11 +45,15 @@ def plan(
     out: str | None,
 ) -> None:
     """Plan MODEL_FILE (a plan YAML: model, training, optional cluster, calibration
-    and search) on a 2D torus: per-FC-layer dataflows, mesh shape and slice counts.
+    and search) on a 2D torus: per-FC-layer dataflows, mesh shape and slice counts,
+    and the whole training step: time, utilisation, memory per pipeline stage.
 
-    Exit codes: 0 ok, 1 no feasible plan, 2 bad input.
+    Exit codes: 0 ok, 1 no feasible plan (or out of memory), 2 bad input.
     """
+    from autotune.errors import NoFeasiblePlanError
     from autotune.io import atomic_write_text
+    from autotune.job.document import job_document
+    from autotune.job.step import out_of_memory_message, plan_job
     from autotune.loading import load_plan_input
     from autotune.plan.document import to_json
     from autotune.plan.search import plan as run_plan
@@ -57,17 +61,22 @@ def plan(
 
     inp = load_plan_input(model_file, cluster, calibration)
     result = run_plan(inp, DataflowPolicy(dataflow) if dataflow else None)
-    text = to_json(result) if (fmt == "json" or out) else None
+    job = plan_job(inp, result, check_memory=False)
     # the report is rendered before anything is written, so a failure while
     # rendering leaves no output behind
-    if fmt == "json":
-        if out:
-            atomic_write_text(out, text)
-        click.echo(text, nl=False)
-    else:
+    if fmt != "json":
+        from autotune.job.report import render_job
         from autotune.plan.report import render_plan
 
+        # the report, memory table included, also shows why a plan does not fit
         render_plan(result)
-        if out:
-            atomic_write_text(out, text)
-            click.echo(f"\nwrote {out}")
+        render_job(job)
+    if not job.fits:
+        raise NoFeasiblePlanError(out_of_memory_message(job))
+    text = to_json(result, job_document(job)) if (fmt == "json" or out) else None
+    if out:
+        atomic_write_text(out, text)
+    if fmt == "json":
+        click.echo(text, nl=False)
+    elif out:
+        click.echo(f"\nwrote {out}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from autotune.errors import InputError, NoFeasiblePlanError
+from autotune.hardware.cluster import Cluster
 from autotune.plan.dataflow import Stationary, output_state, table1
 from autotune.plan.layers import ATTN_OUT, FFN_DOWN, QKV, FCLayer, fc_layers
 from autotune.plan.results import PlanResult
@@ -434,6 +435,6 @@ def compare(
         calibration_name=inp.calibration.name,
         scaling="weak" if batch_sequences is None else "strong",
         sequence_length=inp.training.sequence_length,
-        peak_flops_per_s=inp.cluster.peak_flops_per_s(inp.training.dtype.value),
+        peak_flops_per_s=Cluster(inp.cluster, inp.chip).peak_flops_per_s(inp.training.dtype.value),
         points=tuple(points),
     )

@@ -66,6 +66,9 @@ def comm_model_for(calibration: CalibrationSpec, placement: MeshPlacement) -> Co
                 params[(op, axis)] = link_params(link, p.link_multiplier)
             elif axis.value in entries:
                 params[(op, axis)] = link_params(entries[axis.value])
+            elif p.size == 1 and entries:
+                # a one-chip axis moves nothing; any entry keeps the formulas total
+                params[(op, axis)] = link_params(next(iter(entries.values())))
     resources = {axis: placement.axis(axis).resource for axis in Axis}
     return CommModel(params, resources)
 

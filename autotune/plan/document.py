@@ -4,6 +4,7 @@ beyond unit-free copying: every number comes from the result)."""
 from __future__ import annotations
 
 from autotune.loading import calibration_file, sha256_of
+from autotune.plan.job_schema import JobDoc
 from autotune.plan.results import GemmPlan, LayerPlan, PlanResult
 from autotune.plan.schema import (
     PLAN_SCHEMA,
@@ -106,11 +107,16 @@ def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
     path = result.inputs.calibration_ref
     file = calibration_file(path) if path else None
     digest = sha256_of(file) if file is not None else None
-    return CalibrationRefDoc(name=cal.name, source=cal.source, path=path, sha256=digest)
+    expected = cal.expected_error.model_dump(mode="json") if cal.expected_error else None
+    return CalibrationRefDoc(
+        name=cal.name, source=cal.source, path=path, sha256=digest, expected_error=expected
+    )
 
 
-def to_document(result: PlanResult) -> PlanDocument:
-    """The plan as a validated `meshtune.plan/1` document."""
+def to_document(result: PlanResult, job: JobDoc) -> PlanDocument:
+    """The plan and its whole step (the `job` section, built by
+    `autotune.job.document.job_document`) as a validated `meshtune.plan/2`
+    document."""
     inp = result.inputs
     cmp = result.comparison
     comparison = None
@@ -163,6 +169,7 @@ def to_document(result: PlanResult) -> PlanDocument:
         dataflow_comparison=comparison,
         mesh_axes=_axes(result),
         one_d_comparison=_one_d(result),
+        job=job,
         inputs=InputsDoc(
             plan_file=inp.source_file,
             model=inp.model.model_dump(mode="json"),
@@ -213,6 +220,13 @@ def _one_d(result: PlanResult) -> OneDDoc | None:
     )
 
 
-def to_json(result: PlanResult) -> str:
+def to_json(result: PlanResult, job: JobDoc) -> str:
     """The document as JSON text (2-space indent, trailing newline)."""
-    return to_document(result).model_dump_json(indent=2, by_alias=True) + "\n"
+    doc = to_document(result, job)
+    # calibrations without held-out errors leave the key out (older plan documents)
+    exclude = (
+        {"inputs": {"calibration": {"expected_error"}}}
+        if doc.inputs.calibration.expected_error is None
+        else None
+    )
+    return doc.model_dump_json(indent=2, by_alias=True, exclude=exclude) + "\n"

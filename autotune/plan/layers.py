@@ -56,7 +56,7 @@ def fc_layers(model: ModelSpec, training: TrainingSpec) -> list[FCLayer]:
     `nkv` heads.
     """
     tokens = training.tokens_per_micro_batch
-    count = blocks_per_stage(model, training) * training.micro_batches
+    count = blocks_per_stage(model, training) * training.num_micro_batches
     h = model.hidden_size
     qkv_out = (model.num_heads + 2 * model.kv_heads) * model.head_dim
     layers = [

@@ -62,11 +62,29 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
     )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {user_text(warning, 400)}")
+    expected = inp.calibration.expected_error
+    if expected is not None and expected.collective_median_rel_error is not None:
+        compute = (
+            f", compute {expected.compute_median_rel_error:.1%}"
+            if expected.compute_median_rel_error is not None
+            else ""
+        )
+        console.print(
+            f"expected error of predicted times (calibration, held out): collectives "
+            f"{expected.collective_median_rel_error:.1%} median, "
+            f"{expected.collective_worst_rel_error:.0%} worst{compute}",
+            highlight=False,
+        )
     util = fmt_pct(result.flop_utilization)
     console.print(
         f"\n[bold green]Chosen mesh {result.mesh.num_rows} x {result.mesh.num_cols}[/bold green]"
         f" (rows x cols)   FC time per step: [bold]{fmt_s(result.step_fc_time_s)}[/bold]"
-        f"   FLOP utilization: [bold]{util}[/bold]"
+        + (
+            f" ±{expected.collective_median_rel_error:.0%}"
+            if expected is not None and expected.collective_median_rel_error is not None
+            else ""
+        )
+        + f"   FLOP utilization: [bold]{util}[/bold]"
         + ("   residual stream stored transposed" if result.residual_transposed else "")
     )
     if result.placement is not None:

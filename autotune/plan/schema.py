@@ -1,5 +1,8 @@
-"""The sharding-config JSON (`meshtune.plan/1`): a pydantic model that both
-writes and validates it. Base units, unit-suffixed keys, stable key order."""
+"""The sharding-config JSON (`meshtune.plan/2`): a pydantic model that both
+writes and validates it. Base units, unit-suffixed keys, stable key order.
+
+Version 2 adds the `job` section (the whole training step and its memory);
+every key of version 1 keeps its meaning."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune import __version__
+from autotune.plan.job_schema import JobDoc
 
-PLAN_SCHEMA = "meshtune.plan/1"
+PLAN_SCHEMA = "meshtune.plan/2"
 
 
 class _Doc(BaseModel):
@@ -190,6 +194,8 @@ class CalibrationRefDoc(_Doc):
     source: str
     path: str | None
     sha256: str | None
+    #: the calibration's held-out relative errors (absent when it records none)
+    expected_error: dict | None = None
 
 
 class InputsDoc(_Doc):
@@ -212,7 +218,7 @@ class PlanDocument(_Doc):
         extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
     )
 
-    schema_: Literal["meshtune.plan/1"] = Field(alias="schema")
+    schema_: Literal["meshtune.plan/2"] = Field(alias="schema")
     tool_version: str = Field(default=__version__)
     mesh: MeshDoc
     summary: SummaryDoc
@@ -222,6 +228,7 @@ class PlanDocument(_Doc):
     dataflow_comparison: ComparisonDoc | None
     mesh_axes: list[AxisDoc] = Field(description="The resource under each mesh axis.")
     one_d_comparison: OneDDoc | None
+    job: JobDoc = Field(description="The whole training step: time, utilisation, memory.")
     inputs: InputsDoc
 
 

@@ -173,6 +173,31 @@ class ClusterSpec(Spec):
         default=None, description="torus: its dimensions; omitted means per-axis calibrated rings."
     )
     source: str | None = Field(default=None, description="Where these figures come from.")
+    hbm_gb_per_s: float | None = Field(
+        default=None, gt=0, description="Per-chip HBM bandwidth, GB/s (memory-bound ops)."
+    )
+    attention_tflops_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Sustained fused-attention rate per chip, TFLOP/s; omitted means the "
+        "calibration's GEMM rate.",
+    )
+    data_parallel_gb_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Per-chip, per-direction bandwidth of the network tier data-parallel "
+        "collectives cross, GB/s.",
+    )
+    pipeline_gb_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Per-chip, per-direction bandwidth between pipeline stages, GB/s.",
+    )
+    network_latency_us: float | None = Field(
+        default=None,
+        ge=0,
+        description="Per-step latency of data-parallel and pipeline transfers, microseconds.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

@@ -16,6 +16,13 @@ class FfnKind(str, Enum):
     SWIGLU = "swiglu"
 
 
+class PositionEncoding(str, Enum):
+    """Learned absolute position embeddings (GPT) or rotary (Llama)."""
+
+    LEARNED = "learned"
+    ROTARY = "rotary"
+
+
 class ModelSpec(Spec):
     """A decoder-only transformer, as far as its FC layers are concerned."""
 
@@ -50,8 +57,11 @@ class ModelSpec(Spec):
         default=None,
         gt=0,
         le=MAX_DIM,
-        description="Vocabulary size (informational; embeddings are not planned). "
-        "Range: 1 to 2^24.",
+        description="Vocabulary size (embedding, output layer and loss; omitted means they "
+        "are left out of the step). Range: 1 to 2^24.",
+    )
+    position_encoding: PositionEncoding = Field(
+        default=PositionEncoding.LEARNED, strict=False, description="learned or rotary."
     )
 
     @model_validator(mode="after")

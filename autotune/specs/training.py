@@ -7,7 +7,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from autotune.specs.base import MAX_CHIPS, MAX_COUNT, Spec
+from autotune.specs.base import MAX_CHIPS, MAX_COUNT, MAX_GIB, MAX_LAYERS, Spec
 
 
 class DType(str, Enum):
@@ -24,8 +24,34 @@ class DType(str, Enum):
         return {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}[self.value]
 
 
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022): none, the attention
+    core only (selective), or every block's forward (full)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class AttentionKernel(str, Enum):
+    """How the attention core runs: a fused flash-attention kernel (causal
+    half skipped, no `s x s` tensors in HBM) or unfused batched GEMMs with a
+    separate softmax (Megatron-LM before flash attention)."""
+
+    FLASH = "flash"
+    UNFUSED = "unfused"
+
+
+class FcAlgorithm(str, Enum):
+    """How the FC layers are sharded over the tensor-parallel chips."""
+
+    MESHSLICE = "meshslice"
+    MEGATRON_1D = "megatron-1d"
+
+
 class TrainingSpec(Spec):
-    """Per-step work of one tensor-parallel group."""
+    """Per-step work and how the chips divide it: data-parallel replicas,
+    pipeline stages, micro-batches, recomputation, ZeRO stage."""
 
     global_batch_sequences: int = Field(
         gt=0, le=MAX_COUNT, description="Sequences per training step. Range: 1 to 2^24."
@@ -40,11 +66,72 @@ class TrainingSpec(Spec):
     pipeline_parallel: int = Field(
         default=1, gt=0, le=MAX_CHIPS, description="Pipeline stages. Range: 1 to 2^24."
     )
-    micro_batches: int = Field(
-        default=1,
+    micro_batches: int | None = Field(
+        default=None,
         gt=0,
         le=MAX_COUNT,
-        description="Micro-batches per step and replica (pipeline). Range: 1 to 2^24.",
+        description="Micro-batches per step and replica; omitted means derived from "
+        "micro_batch_size, or 1. Range: 1 to 2^24.",
+    )
+    micro_batch_size: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_COUNT,
+        description="Sequences per micro-batch (alternative to micro_batches). Range: 1 to 2^24.",
+    )
+    interleave: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_LAYERS,
+        description="Model chunks per pipeline stage (interleaved 1F1B); 1 means plain 1F1B. "
+        "Range: 1 to 100,000.",
+    )
+    recompute: Recompute = Field(
+        default=Recompute.NONE, strict=False, description="none, selective or full."
+    )
+    zero_stage: int = Field(
+        default=0,
+        ge=0,
+        le=3,
+        description="ZeRO stage 0-3 over the data-parallel replicas. Range: 0 to 3.",
+    )
+    attention: AttentionKernel = Field(
+        default=AttentionKernel.FLASH, strict=False, description="flash or unfused."
+    )
+    fc_algorithm: FcAlgorithm = Field(
+        default=FcAlgorithm.MESHSLICE,
+        strict=False,
+        description="meshslice (2D, the planned mesh) or megatron-1d (1D TP on all TP chips).",
+    )
+    sequence_parallel: bool = Field(
+        default=True,
+        description="megatron-1d only: norms, dropout and residuals split over the sequence "
+        "(Korthikanti et al. 2022); meshslice always splits every activation.",
+    )
+    dropout: bool = Field(
+        default=False, description="Dropout after attention and projections (GPT-3 style)."
+    )
+    fp32_gradients: bool = Field(
+        default=False,
+        description="Keep and reduce gradients in fp32 (Megatron-LM main grads) instead of dtype.",
+    )
+    overlap_data_parallel: bool = Field(
+        default=True,
+        description="Overlap gradient reduction with the backward pass (and weight gathers "
+        "with compute); false runs them after the backward, as Megatron-LM's local DDP did.",
+    )
+    workspace_gib: float = Field(
+        default=1.0,
+        ge=0,
+        le=MAX_GIB,
+        description="Per-chip memory the framework holds besides tensors (runtime context, "
+        "GEMM and collective workspaces), GiB. Range: 0 to 2^20.",
+    )
+    memory_reserve_fraction: float = Field(
+        default=0.05,
+        ge=0,
+        lt=1,
+        description="Fraction of HBM kept free for allocator fragmentation. Range: 0 to below 1.",
     )
 
     @model_validator(mode="after")
@@ -55,17 +142,51 @@ class TrainingSpec(Spec):
                 f"global_batch_sequences ({self.global_batch_sequences}) is not divisible by "
                 f"data_parallel ({self.data_parallel}); fix: use a batch that is a multiple of it"
             )
-        if per_replica % self.micro_batches:
+        if self.micro_batch_size is not None:
+            if per_replica % self.micro_batch_size:
+                raise ValueError(
+                    f"sequences per replica ({per_replica}) are not divisible by "
+                    f"micro_batch_size ({self.micro_batch_size}); fix: choose a micro_batch_size "
+                    "that divides them"
+                )
+            derived = per_replica // self.micro_batch_size
+            if self.micro_batches is not None and self.micro_batches != derived:
+                raise ValueError(
+                    f"micro_batches ({self.micro_batches}) disagrees with micro_batch_size "
+                    f"({self.micro_batch_size}), which gives {derived}; fix: give only one of them"
+                )
+        elif per_replica % self.num_micro_batches:
             raise ValueError(
                 f"sequences per replica ({per_replica}) are not divisible by micro_batches "
-                f"({self.micro_batches}); fix: choose micro_batches that divides them"
+                f"({self.num_micro_batches}); fix: choose micro_batches that divides them"
             )
+        if self.interleave > 1:
+            if self.pipeline_parallel == 1:
+                raise ValueError(
+                    f"interleave {self.interleave} needs pipeline stages; fix: set "
+                    "pipeline_parallel > 1 or interleave: 1"
+                )
+            if self.num_micro_batches % self.pipeline_parallel:
+                raise ValueError(
+                    f"interleaved 1F1B needs the micro-batches ({self.num_micro_batches}) to be a "
+                    f"multiple of pipeline_parallel ({self.pipeline_parallel}); fix: change "
+                    "micro_batch_size or the batch"
+                )
         return self
+
+    @property
+    def num_micro_batches(self) -> int:
+        """Micro-batches per step and replica."""
+        if self.micro_batches is not None:
+            return self.micro_batches
+        if self.micro_batch_size is not None:
+            return self.global_batch_sequences // self.data_parallel // self.micro_batch_size
+        return 1
 
     @property
     def micro_batch_sequences(self) -> int:
         """Sequences in one micro-batch of one replica."""
-        return self.global_batch_sequences // self.data_parallel // self.micro_batches
+        return self.global_batch_sequences // self.data_parallel // self.num_micro_batches
 
     @property
     def tokens_per_micro_batch(self) -> int:

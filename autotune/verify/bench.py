@@ -4,10 +4,12 @@ GEMMs on a JAX device mesh and write meshtune's benchmark CSV, the input of
 
 CSV (fixed format, docs/calibrate.md): header
 `kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds`; `collective` rows
-fill op (all_gather | reduce_scatter), axis (row | col), ring_size and
-shard_bytes (the per-chip piece: the input piece of an all-gather, the
-output piece of a reduce-scatter) and leave m, n, k empty; `gemm` rows fill
-m, n, k and leave the collective columns empty; `#` lines are comments.
+fill op (all_gather | reduce_scatter | send_recv), axis (row | col),
+ring_size and shard_bytes (the per-chip piece: the input piece of an
+all-gather, the output piece of a reduce-scatter, the message of a
+send-recv, which is one hop: ring_size 2) and leave m, n, k empty; `gemm`
+rows fill m, n, k and leave the collective columns empty; `overlap` rows
+fill both (a GEMM timed beside an all-gather); `#` lines are comments.
 
 The fit of `launch + (P-1) * (sync + shard/bw)` needs two ring sizes per
 axis, so by default every mesh shape `R x C` of the devices with both sides
@@ -142,6 +144,130 @@ def bench_collectives(config: BenchConfig, progress: Callable[[str], None]) -> l
     return rows
 
 
+def _put(jax, jmesh, host: np.ndarray, dtype):
+    spec = jax.sharding.PartitionSpec("row", "col")
+    return jax.device_put(host.astype(dtype), jax.sharding.NamedSharding(jmesh, spec))
+
+
+def _jnp_dtype(jax, name: str):
+    return jax.numpy.bfloat16 if name == "bf16" else NUMPY_DTYPES[name]
+
+
+def _itemsize(name: str) -> int:
+    return 2 if name == "bf16" else np.dtype(NUMPY_DTYPES[name]).itemsize
+
+
+def bench_send_recv(config: BenchConfig, progress: Callable[[str], None]) -> list[BenchRow]:
+    """Every chip sends its piece to its ring neighbour along each axis
+    (`lax.ppermute`, one hop): written with `ring_size = 2` (one step of
+    the ring model, whatever the ring) and `shard_bytes` = the message,
+    the convention of sendrecv_perf logs (docs/calibrate.md)."""
+    jax = import_jax()
+    from jax import lax
+
+    rows = []
+    mesh = config.meshes[0]
+    jmesh = device_mesh(mesh)
+    spec = jax.sharding.PartitionSpec("row", "col")
+    for axis in (Axis.ROW, Axis.COL):
+        ring = mesh.size(axis)
+        if ring < 2:
+            continue
+        perm = [(i, (i + 1) % ring) for i in range(ring)]
+
+        def kernel(x, name=axis.value, perm=perm):
+            return lax.ppermute(x, name, perm)
+
+        fn = jax.jit(
+            jax.shard_map(kernel, mesh=jmesh, in_specs=(spec,), out_specs=spec, check_vma=False)
+        )
+        for shard in config.shard_bytes:
+            elems = max(1, shard // _itemsize(config.dtype))
+            host = np.ones((mesh.num_rows, mesh.num_cols * elems), dtype=np.float32)
+            x = _put(jax, jmesh, host, _jnp_dtype(jax, config.dtype))
+            rows.append(
+                BenchRow(
+                    kind="collective",
+                    op=CollectiveOp.SEND_RECV.value,
+                    axis=axis.value,
+                    ring_size=2,
+                    shard_bytes=elems * _itemsize(config.dtype),
+                    dtype=config.dtype,
+                    seconds=time_call(fn, x, repeats=config.repeats),
+                )
+            )
+        progress(f"{mesh} {axis.value} send_recv: {len(config.shard_bytes)} sizes")
+    return rows
+
+
+class _Ready:
+    """Both outputs of a two-output program, waitable like one array."""
+
+    def __init__(self, outputs) -> None:
+        self.outputs = outputs
+
+    def block_until_ready(self) -> _Ready:
+        import_jax().block_until_ready(self.outputs)
+        return self
+
+
+def bench_overlap(config: BenchConfig, progress: Callable[[str], None]) -> list[BenchRow]:
+    """The largest GEMM of the sweep computed on every chip while an
+    independent all-gather of the largest piece runs along each axis, in
+    one program (XLA may overlap them): `overlap` rows, the time of the
+    pair. With the GEMM alone (a `gemm` row of the same shape), calibrate
+    derives the compute slowdown (autotune.calibrate.fit_overlap)."""
+    jax = import_jax()
+    from jax import lax
+
+    mesh = config.meshes[0]
+    jmesh = device_mesh(mesh)
+    m, n, k = max(config.gemms, key=lambda g: g[0] * g[1] * g[2])
+    dtype = _jnp_dtype(jax, config.dtype)
+    spec = jax.sharding.PartitionSpec("row", "col")
+    rows = []
+    shard = max(config.shard_bytes)
+    elems = max(1, shard // _itemsize(config.dtype))
+    for axis in (Axis.ROW, Axis.COL):
+        ring = mesh.size(axis)
+        if ring < 2:
+            continue
+
+        def kernel(x, a, b, name=axis.value):
+            return lax.all_gather(x, name, axis=1, tiled=True), a @ b
+
+        fn = jax.jit(
+            jax.shard_map(
+                kernel,
+                mesh=jmesh,
+                in_specs=(spec, spec, spec),
+                out_specs=(spec, spec),
+                check_vma=False,
+            )
+        )
+        x = _put(jax, jmesh, np.ones((mesh.num_rows, mesh.num_cols * elems), np.float32), dtype)
+        a = _put(jax, jmesh, np.ones((mesh.num_rows * m, mesh.num_cols * k), np.float32), dtype)
+        b = _put(jax, jmesh, np.ones((mesh.num_rows * k, mesh.num_cols * n), np.float32), dtype)
+        rows.append(
+            BenchRow(
+                kind="overlap",
+                op=CollectiveOp.ALL_GATHER.value,
+                axis=axis.value,
+                ring_size=ring,
+                shard_bytes=elems * _itemsize(config.dtype),
+                m=m,
+                n=n,
+                k=k,
+                dtype=config.dtype,
+                seconds=time_call(
+                    lambda *args, fn=fn: _Ready(fn(*args)), x, a, b, repeats=config.repeats
+                ),
+            )
+        )
+    progress(f"{mesh} overlap: gemm {m}x{n}x{k} beside an all-gather of {shard} B per axis")
+    return rows
+
+
 def bench_gemms(config: BenchConfig, progress: Callable[[str], None]) -> list[BenchRow]:
     """Local GEMMs on one device."""
     jax = import_jax()
@@ -166,7 +292,12 @@ def run_bench(
     need = max(m.num_chips for m in config.meshes)
     ensure_devices(need)
     jax = import_jax()
-    rows = bench_collectives(config, progress) + bench_gemms(config, progress)
+    rows = (
+        bench_collectives(config, progress)
+        + bench_send_recv(config, progress)
+        + bench_gemms(config, progress)
+        + bench_overlap(config, progress)
+    )
     platform = f"jax {jax.__version__} on {jax.default_backend()}, {len(jax.devices())} devices"
     return rows, platform
 
