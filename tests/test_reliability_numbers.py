@@ -18,8 +18,15 @@ from clirun import assert_one_line_error, run_cli
 from pydantic import BaseModel
 
 from autotune.plan.schema import PlanDocument
-from autotune.specs.calibration import CalibrationSpec
-from autotune.specs.cluster import ClusterSpec
+from autotune.specs.calibration import (
+    CalibrationSpec,
+    ComputeSpec,
+    EfficiencyCurve,
+    LinkSpec,
+    RegimeSpec,
+)
+from autotune.specs.chip import ChipSpec
+from autotune.specs.cluster import ClusterSpec, NodeSpec, ScaleOutSpec, TorusSpec
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import SearchSpec
 from autotune.specs.training import TrainingSpec
@@ -108,11 +115,26 @@ def _numeric_fields(model: type[BaseModel]):
 
 
 @pytest.mark.parametrize(
-    "model", [ModelSpec, TrainingSpec, ClusterSpec, SearchSpec, CalibrationSpec]
+    "model",
+    [
+        ModelSpec,
+        TrainingSpec,
+        ClusterSpec,
+        NodeSpec,
+        ScaleOutSpec,
+        TorusSpec,
+        ChipSpec,
+        SearchSpec,
+        CalibrationSpec,
+        LinkSpec,
+        RegimeSpec,
+        EfficiencyCurve,
+        ComputeSpec,
+    ],
 )
 def test_absurd_numbers_pass_validation_every_number_has_a_stated_range(model):
     for name, info in _numeric_fields(model):
-        if name in ("peak_tflops_per_s", "mesh_shapes"):
+        if name in ("peak_tflops_per_s", "mesh_shapes", "dims", "max_dims", "zero_stage"):
             # dict/list of numbers: checked in the model validator, range in the description
             assert "Range:" in (info.description or ""), name
             continue

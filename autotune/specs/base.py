@@ -7,7 +7,10 @@ as ``Range: LOW to HIGH.`` The upper bounds are far above any real machine or
 model (they exist to turn a typo such as ``hidden_size: 1228800000000`` into a
 one-line error instead of hours of work or a meaningless plan); the constants
 below are the shared ones. NaN and infinity are rejected for every float
-(``allow_inf_nan=False``), so a bound can never be slipped past.
+(``allow_inf_nan=False``), so a bound can never be slipped past. Numbers
+that only describe a fit's quality (errors, standard errors, counts) are
+checked finite and non-negative but carry no upper bound: they feed no
+result. tests/test_reliability_numbers.py holds every input spec to this.
 """
 
 from __future__ import annotations

@@ -201,8 +201,20 @@ class EfficiencyCurve(Spec):
     max_dims: list[float] | None = Field(
         default=None,
         description="Largest m, n, k measured; beyond them the efficiency is held at its "
-        "value there (a conservative extrapolation). Omitted: the curve applies everywhere.",
+        "value there (a conservative extrapolation). Omitted: the curve applies everywhere. "
+        "Range: three values, each above 0 and at most 2^48.",
     )
+
+    @model_validator(mode="after")
+    def _check_max_dims(self) -> EfficiencyCurve:
+        if self.max_dims is not None and (
+            len(self.max_dims) != 3 or not all(0 < d <= 2.0**48 for d in self.max_dims)
+        ):
+            raise ValueError(
+                f"max_dims must be three sizes above 0 and at most 2^48, got {self.max_dims}; "
+                "fix: write the calibration with `meshtune calibrate`"
+            )
+        return self
 
 
 class ComputeSpec(Spec):

@@ -15,6 +15,7 @@ from autotune.specs.base import (
     MAX_GB_PER_S,
     MAX_GIB,
     MAX_LINKS,
+    MAX_SECONDS,
     MAX_TFLOPS_PER_S,
     Spec,
 )
@@ -174,29 +175,38 @@ class ClusterSpec(Spec):
     )
     source: str | None = Field(default=None, description="Where these figures come from.")
     hbm_gb_per_s: float | None = Field(
-        default=None, gt=0, description="Per-chip HBM bandwidth, GB/s (memory-bound ops)."
+        default=None,
+        gt=0,
+        le=MAX_GB_PER_S,
+        description="Per-chip HBM bandwidth, GB/s (memory-bound ops). Range: above 0, at most 1e6.",
     )
     attention_tflops_per_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_TFLOPS_PER_S,
         description="Sustained fused-attention rate per chip, TFLOP/s; omitted means the "
-        "calibration's GEMM rate.",
+        "calibration's GEMM rate. Range: above 0, at most 1e6.",
     )
     data_parallel_gb_per_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_GB_PER_S,
         description="Per-chip, per-direction bandwidth of the network tier data-parallel "
-        "collectives cross, GB/s.",
+        "collectives cross, GB/s. Range: above 0, at most 1e6.",
     )
     pipeline_gb_per_s: float | None = Field(
         default=None,
         gt=0,
-        description="Per-chip, per-direction bandwidth between pipeline stages, GB/s.",
+        le=MAX_GB_PER_S,
+        description="Per-chip, per-direction bandwidth between pipeline stages, GB/s. "
+        "Range: above 0, at most 1e6.",
     )
     network_latency_us: float | None = Field(
         default=None,
         ge=0,
-        description="Per-step latency of data-parallel and pipeline transfers, microseconds.",
+        le=MAX_SECONDS * 1e6,
+        description="Per-step latency of data-parallel and pipeline transfers, microseconds. "
+        "Range: 0 to 3.6e9.",
     )
 
     @model_validator(mode="after")
