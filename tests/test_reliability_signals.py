@@ -28,6 +28,10 @@ CHILD = textwrap.dedent(
     import autotune.plan.search as search
 
     def slow_plan(*args, **kwargs):
+        # an external solver stand-in: a child process that would outlive us
+        import subprocess
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        Path(sys.argv[3]).write_text(str(child.pid))
         Path(sys.argv[1]).write_text("ready")
         while True:
             time.sleep(0.01)
@@ -39,12 +43,27 @@ CHILD = textwrap.dedent(
 )
 
 
+def _gone(pid: int, wait_s: float = 5.0) -> bool:
+    """Whether `pid` has exited (or is a zombie awaiting its reaper)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+                state = handle.read().rsplit(")", 1)[-1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _interrupt(tmp_path: Path, signum: int) -> tuple[subprocess.CompletedProcess, float]:
     ready = tmp_path / "ready"
     out = tmp_path / "plan.json"
     out.write_text("previous result")
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(ready), str(out)],
+        [sys.executable, "-c", CHILD, str(ready), str(out), str(tmp_path / "child.pid")],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
@@ -62,6 +81,8 @@ def _interrupt(tmp_path: Path, signum: int) -> tuple[subprocess.CompletedProcess
     elapsed = time.monotonic() - sent
     assert out.read_text() == "previous result"
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    grandchild = int((tmp_path / "child.pid").read_text())
+    assert _gone(grandchild), "the interrupted command left its child process running"
     return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr), elapsed
 
 
