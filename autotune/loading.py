@@ -93,10 +93,17 @@ def _fix_for(error: dict[str, Any], model: type[BaseModel]) -> str | None:
         return f"use a value {op} {bound}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return "use a value of the described type"
-    if kind == "enum":
+    if kind in ("enum", "literal_error"):
         expected = error.get("ctx", {}).get("expected")
         return f"use one of {expected}" if expected else None
-    return None
+    if kind == "too_short":
+        return f"give at least {error.get('ctx', {}).get('min_length', 1)} entries"
+    if kind == "too_long":
+        return f"give at most {error.get('ctx', {}).get('max_length')} entries"
+    if kind == "finite_number":
+        return "write a finite number in the field's range (see its description)"
+    # every error names a fix: the field's documented meaning is the last resort
+    return "see the field's description in the docs (and the examples/ files)"
 
 
 def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
