@@ -11,6 +11,7 @@ from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from autotune import hf_config
 from autotune.errors import InputError
 from autotune.safe_load import parse_json, parse_yaml, read_bytes
 from autotune.specs.calibration import CalibrationSpec
@@ -69,6 +70,19 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
             f"must be a YAML mapping of keys to values, but it is {kind}",
             file=str(path),
             fix="write `key: value` lines (see examples/gpt3.yaml)",
+        )
+    return data
+
+
+def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """Parse a JSON file whose top level must be an object; InputError
+    otherwise, whose fix says to pass `what`."""
+    data = parse_json(read_text(path), file=str(path), fix=f"pass {what}")
+    if not isinstance(data, dict):
+        raise InputError(
+            f"must be a JSON object, but it is a {type(data).__name__}",
+            file=str(path),
+            fix=f"pass {what}",
         )
     return data
 
@@ -230,7 +244,21 @@ def _load_yaml_ref(
 def load_model_spec(
     ref: str | Path, base: Path | None = None, file: str | None = None
 ) -> ModelSpec:
-    """A model preset name or YAML file (`file`: the plan file naming it)."""
+    """A model preset name, a model YAML file, or a Hugging Face
+    `config.json` (any `.json` file: :mod:`autotune.hf_config`); `file` is
+    the plan file naming it, for errors."""
+    if str(ref).lower().endswith(".json"):
+        path = _resolve_ref(str(ref), "models", base)
+        if not _exists(path):
+            raise InputError(
+                "no such file",
+                file=file,
+                field="model",
+                value=str(ref),
+                fix="check the config.json path",
+            )
+        data = read_json_object(path, "a Hugging Face config.json")
+        return validate_spec(ModelSpec, hf_config.spec_fields(data, path), file=str(path))
     return _load_yaml_ref(ref, "models", "model", ModelSpec, base, file)
 
 
@@ -331,10 +359,12 @@ def load_plan_input(
     path: str | Path,
     cluster_override: str | None = None,
     calibration_override: str | None = None,
+    model_override: str | None = None,
 ) -> PlanInput:
-    """Read a plan file: `model` (preset or mapping), `training`, optional
-    `cluster` (preset, path or mapping), `calibration` and `search`.
-    `--cluster` and `--calibration` flags override the file."""
+    """Read a plan file: `model` (preset, YAML or Hugging Face config.json
+    path, or mapping), `training`, optional `cluster` (preset, path or
+    mapping), `calibration` and `search`. `--model`, `--cluster` and
+    `--calibration` flags override the file."""
     path = Path(path)
     data = load_mapping(path)
     file = str(path)
@@ -348,24 +378,25 @@ def load_plan_input(
         )
     base = path.parent
 
-    if "model" not in data:
+    if model_override is not None:
+        model = load_model_spec(model_override, None)
+    elif "model" not in data:
         raise InputError(
             "is required",
             file=file,
             field="model",
             fix="add `model:` with a preset name or the model's fields",
         )
-    model_ref = data["model"]
-    if isinstance(model_ref, dict):
-        model = validate_spec(ModelSpec, model_ref, file=file, prefix="model")
-    elif isinstance(model_ref, str):
-        model = load_model_spec(model_ref, base, file)
+    elif isinstance(data["model"], dict):
+        model = validate_spec(ModelSpec, data["model"], file=file, prefix="model")
+    elif isinstance(data["model"], str):
+        model = load_model_spec(data["model"], base, file)
     else:
         raise InputError(
             "must be a preset name or a mapping",
             file=file,
             field="model",
-            value=model_ref,
+            value=data["model"],
             fix="see examples/gpt3.yaml",
         )
 

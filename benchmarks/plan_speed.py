@@ -64,11 +64,17 @@ def main() -> None:
     whole_step()
 
     exe = Path(sys.executable).with_name("meshtune")
+    # without an installed entry point, time the same CLI through the interpreter
+    command = (
+        [str(exe)]
+        if exe.exists()
+        else [sys.executable, "-c", "from autotune.cli import main; main()"]
+    )
     for args in (["--version"], ["plan", "examples/gpt3.yaml", "--format", "json"]):
         runs = []
         for _ in range(3):
             t0 = time.perf_counter()
-            subprocess.run([str(exe), *args], cwd=REPO, check=True, capture_output=True)
+            subprocess.run([*command, *args], cwd=REPO, check=True, capture_output=True)
             runs.append(time.perf_counter() - t0)
         print(
             f"`meshtune {' '.join(args)}` wall time (median of 3): "

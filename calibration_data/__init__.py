@@ -8,7 +8,6 @@ from pathlib import Path
 #: preset name -> file in this package
 CALIBRATION_PRESETS: dict[str, str] = {
     "tpu-v4": "tpu_v4.json",
-    "dgx-a100-nominal": "dgx_a100_nominal.json",
     "a100-nominal": "a100_nominal.json",
     "h100-nominal": "h100_nominal.json",
     "b200-nominal": "b200_nominal.json",

@@ -146,7 +146,7 @@ small_cases = st.builds(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_cases)
 def test_ilp_equals_brute_force(case):
     pp, v, n1, n2, cap, f2, head, tail = case

@@ -3,6 +3,8 @@ non-negativity, and the under-determined error."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -98,12 +100,26 @@ def test_never_negative(noise, seed, zero):
     assert all(v >= 0 for v in dec.activation_bytes.values())
 
 
-def test_under_determined_names_the_fix():
-    # Every body stage has the same layer count: parameter and constant are tied.
+def test_constant_tied_to_parameters_is_folded_with_a_warning():
+    # Every body stage has the same layer count: parameter and constant are
+    # tied, so (as the seed tool does) the constant is dropped and the warning
+    # says so and names a stage that would separate them.
     rows = [(0, 6, 0, 0, 0), (15, 6, 0, 0, 0), (2, 6, 0, 0, 0), (5, 6, 0, 0, 0)]
+    dec = decompose(synthetic(TRUTH, rows, 16), file="dry.yaml")
+    assert dec.constant_bytes == 0.0
+    (folded,) = [w for w in dec.warnings if "constant-free" in w]
+    assert re.search(r"to separate it, measure stage \d+ of a 16-stage dry run", folded)
+    # The folded fit still reproduces the measured stages exactly.
+    assert max(abs(r) for r in dec.residuals_bytes) < 1.0
+
+
+def test_under_determined_names_the_fix():
+    # Selective recomputation on half of every stage's layers: its saving is
+    # tied to the plain activation whatever the constant is.
+    rows = [(0, 6, 0, 3, 0), (15, 6, 0, 3, 0), (2, 6, 0, 3, 0), (5, 6, 0, 3, 0), (7, 6, 0, 3, 0)]
     with pytest.raises(
         InputError,
-        match=r"determine only 4 of the 5 unknown memories .*"
+        match=r"determine only \d of the \d unknown memories .*"
         r"cannot be told apart; fix: measure stage \d+ of a 16-stage dry run "
         r"with \d+ layers",
     ):

@@ -214,7 +214,7 @@ def test_split_floor_hand_computed():
     assert row == pytest.approx((0.08 * MS, 0.0, 0.16 * MS))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pp=st.sampled_from([2, 3]), v=st.sampled_from([2, 3]), cap=st.floats(4.0, 9.0))
 def test_split_floors_are_brute_force_lower_bounds(pp, v, cap):
     p = make(pp, v, (dense(pp * v + 4),), cap)
@@ -244,7 +244,7 @@ def test_split_floors_are_brute_force_lower_bounds(pp, v, cap):
                 assert phi == pytest.approx(best, abs=1e-15)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pp=st.sampled_from([2, 3]), v=st.sampled_from([2, 3]), data=st.data())
 def test_split_rows_and_step_floor_hold_for_every_fitting_plan(pp, v, data):
     # Several kinds: phi relaxes the kinds, so it must still be a lower bound.
@@ -299,7 +299,7 @@ def test_cutoff_below_the_optimum_proves_it_and_above_returns_a_faster_plan(v):
 
 
 @needs_highs
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cap=st.floats(3.5, 8.0), n=st.integers(6, 7), kinds=st.sampled_from([1, 2]))
 def test_balance_with_three_chunks_equals_brute_force(cap, n, kinds):
     # pp=2, v=3: the split rows are on; plans within the gap of the optimum.

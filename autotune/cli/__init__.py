@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "autotune.cli.calibrate:calibrate",
     "plan": "autotune.cli.plan:plan",
     "compare": "autotune.cli.compare:compare",
+    "export": "autotune.cli.export:export",
     "pipeline": "autotune.cli.pipeline:pipeline",
     "presets": "autotune.cli.presets:presets",
     "verify": "autotune.cli.verify:verify",

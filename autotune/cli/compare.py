@@ -29,6 +29,12 @@ def _chip_counts(text: str) -> tuple[int, ...]:
 @click.command()
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @click.option(
+    "--model",
+    "model",
+    metavar="FILE_OR_PRESET",
+    help="Model preset, model YAML or Hugging Face config.json (overrides the plan file's).",
+)
+@click.option(
     "--cluster",
     "cluster",
     metavar="FILE_OR_PRESET",
@@ -59,6 +65,7 @@ def _chip_counts(text: str) -> tuple[int, ...]:
 @guarded
 def compare(
     model_file: str,
+    model: str | None,
     cluster: str | None,
     calibration: str | None,
     chips: str,
@@ -80,7 +87,7 @@ def compare(
             f"--batch: got {shorten(str(batch))}; must be 1 to 2^24; "
             "fix: give sequences per step, e.g. 32"
         )
-    inp = load_plan_input(model_file, cluster, calibration)
+    inp = load_plan_input(model_file, cluster, calibration, model)
     with progress(f"planning every algorithm at {len(counts)} chip counts"):
         result = run_compare(inp, counts, batch)
     if fmt == "json":

@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
 
 import click
 
 from autotune.cli.common import OutputPath, format_option, guarded
+from autotune.errors import MeshtuneError
+
+# Exit code when the limit ran out with no plan and no proof (docs/pipeline.md).
+EXIT_NO_PLAN_FOUND = 4
+
+
+class NoPlanFoundError(MeshtuneError):
+    """The time limit ran out before any plan was found, and no proof that
+    none exists: not exit 1, which means proven infeasible."""
+
+    exit_code = EXIT_NO_PLAN_FOUND
+
+
+def _positive(value: float | None, flag: str) -> None:
+    from autotune.errors import InputError
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise InputError(
+            "must be a finite number > 0", field=flag, value=value, fix="give a positive number"
+        )
 
 
 @click.command()
@@ -27,28 +47,108 @@ from autotune.cli.common import OutputPath, format_option, guarded
     metavar="FILE.svg",
     help="Write the simulated schedule of the plan as an SVG timeline.",
 )
+@click.option("--stages", type=int, default=None, metavar="N", help="Pipeline stages (seed -s).")
+@click.option("--chunks", type=int, default=None, metavar="V", help="Chunks per stage (seed -i).")
+@click.option(
+    "--micro-batches", "micro_batches", type=int, default=None, metavar="M", help="Seed -mb."
+)
+@click.option(
+    "--memory-cap-mb",
+    "memory_cap_mb",
+    type=float,
+    default=None,
+    metavar="X",
+    help="Memory cap per stage in MB as MindSpore prints them (MiB, 2^20 bytes; seed -mem).",
+)
+@click.option(
+    "--time-limit", "time_limit", type=float, default=None, metavar="S", help="Search limit, s."
+)
+@click.option(
+    "--manual",
+    "manual",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The seed tool's manual plans (manual1: ...) to simulate and compare (seed -manual).",
+)
+@click.option("--verbose", is_flag=True, help="Send the solver's log to stderr.")
 @guarded
-def pipeline(spec_file: str, fmt: str, out: str | None, timeline: str | None) -> None:
-    """Balance SPEC_FILE's layers and recomputation over pipeline stages and chunks
-    (meshtune's pipeline YAML or the seed tool's init YAML with a `meshtune:` block).
+def pipeline(
+    spec_file: str,
+    fmt: str,
+    out: str | None,
+    timeline: str | None,
+    stages: int | None,
+    chunks: int | None,
+    micro_batches: int | None,
+    memory_cap_mb: float | None,
+    time_limit: float | None,
+    manual: str | None,
+    verbose: bool,
+) -> None:
+    """Balance SPEC_FILE's layers and recomputation over pipeline stages and chunks.
 
-    Exit codes: 0 ok, 1 no plan fits the memory cap, 2 bad input.
+    SPEC_FILE is meshtune's pipeline YAML, the seed tool's init YAML or its
+    layer description JSON; the flags override the file. Exit codes: 0 ok,
+    1 no plan fits the memory cap (proven), 2 bad input.
     """
+    from dataclasses import replace
+
     from autotune.errors import InputError, NoFeasiblePlanError
     from autotune.io import atomic_write_text
-    from autotune.pipeline.balance import balance
-    from autotune.pipeline.document import to_json
+    from autotune.pipeline.balance import balance, evaluate_plans
+    from autotune.pipeline.document import decomposition_document, to_json
+    from autotune.pipeline.problem import ShapeOverrides
     from autotune.pipeline.readers import read_pipeline_file
 
     if timeline is not None and not timeline.lower().endswith(".svg"):
         raise InputError(
             "must name an .svg file", field="--timeline", value=timeline, fix="e.g. plan.svg"
         )
+    for value, flag in ((stages, "--stages"), (chunks, "--chunks")):
+        _positive(value, flag)
+    _positive(micro_batches, "--micro-batches")
+    _positive(memory_cap_mb, "--memory-cap-mb")
+    _positive(time_limit, "--time-limit")
+    overrides = ShapeOverrides(
+        num_stages=stages,
+        num_chunks=chunks,
+        num_micro_batches=micro_batches,
+        memory_cap_bytes=memory_cap_mb * 2**20 if memory_cap_mb is not None else None,
+        time_limit_s=time_limit,
+    )
+    read = read_pipeline_file(spec_file, overrides, manual)
+    for warning in read.warnings:
+        click.echo(f"meshtune: warning: {warning}", err=True)
+    if read.problem is None:
+        import json
+
+        text = json.dumps(
+            decomposition_document(spec_file, read.decomposition, read.warnings),
+            indent=2,
+            allow_nan=False,
+        )
+        if fmt != "json":
+            from autotune.pipeline.render import render_decomposition
+
+            render_decomposition(read.decomposition)
+        if out:
+            atomic_write_text(out, text + "\n")
+        if fmt == "json":
+            click.echo(text)
+        return
+
     from autotune.render_progress import progress
 
+    settings = replace(read.settings, verbose=verbose)
     with progress(f"balancing {spec_file} (solving the stage-assignment ILP)"):
-        read = read_pipeline_file(spec_file)
-        result = replace(balance(read.problem, read.settings), decomposition=read.decomposition)
+        result = balance(read.problem, settings)
+    result = replace(
+        result,
+        decomposition=read.decomposition,
+        source_format=read.format,
+        warnings=read.warnings,
+        manual_plans=evaluate_plans(read.manual_plans),
+    )
     text = to_json(result, spec_file) if (fmt == "json" or out) else None
     svg = None
     if timeline and result.plan is not None:
@@ -73,4 +173,6 @@ def pipeline(spec_file: str, fmt: str, out: str | None, timeline: str | None) ->
                 click.echo(f"wrote {path}")
     if result.plan is None:
         reason = result.infeasible.reason if result.infeasible else "no plan"
-        raise NoFeasiblePlanError(reason)
+        if result.solver.status == "infeasible":
+            raise NoFeasiblePlanError(reason)
+        raise NoPlanFoundError(reason)

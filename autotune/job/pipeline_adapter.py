@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.pipeline.assignment import (
+    chunk_activation_bytes,
+    chunk_backward_s,
+    chunk_forward_s,
     even_layer_split,
     stage_static_bytes,
     uniform_assignment,
 )
+from autotune.pipeline.fast_replay import fast_replay
 from autotune.pipeline.problem import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
-from autotune.pipeline.simulator import simulate
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,10 @@ def _upper_bound_bytes(work: StageWork) -> float:
 
 
 def replay(work: StageWork) -> PipelineReplay:
-    """Even layer split (Megatron-LM's), every layer alike, replayed op by
-    op under 1F1B (one chunk) or interleaved 1F1B (the simulator's
-    makespan, per-stage busy time and peak memory)."""
+    """Even layer split (Megatron-LM's), every layer alike, replayed under
+    1F1B (one chunk) or interleaved 1F1B: the simulator's makespan and
+    per-stage peak memory (its vectorised replay, `fast_replay`, equal to
+    `simulate` by tests/test_job_replay.py), and per-stage busy time."""
     problem = Problem(
         num_stages=work.num_stages,
         num_chunks=work.num_chunks,
@@ -86,17 +90,29 @@ def replay(work: StageWork) -> PipelineReplay:
     )
     layers = even_layer_split(problem)
     a = uniform_assignment(problem, layers, 0)
-    sim = simulate(problem, a)
-    pp = work.num_stages
-    per_stage = tuple(
-        sum(a.layers_in_chunk(c) for c in range(s, problem.num_virtual, pp)) for s in range(pp)
+    pp, num, m = work.num_stages, problem.num_virtual, work.num_micro_batches
+    fwd = [chunk_forward_s(problem, a, c) for c in range(num)]
+    bwd = [chunk_backward_s(problem, a, c) for c in range(num)]
+    fast = fast_replay(
+        pp,
+        work.num_chunks,
+        m,
+        problem.schedule is Schedule.INTERLEAVED,
+        fwd,
+        bwd,
+        [chunk_activation_bytes(problem, a, c) for c in range(num)],
     )
-    useful = sum(sim.stage_busy_s)
+    per_stage = tuple(sum(a.layers_in_chunk(c) for c in range(s, num, pp)) for s in range(pp))
+    static = tuple(stage_static_bytes(problem, a, s) for s in range(pp))
+    busy = tuple(m * sum(fwd[c] + bwd[c] for c in range(s, num, pp)) for s in range(pp))
+    useful = sum(busy)
     return PipelineReplay(
-        makespan_s=sim.makespan_s,
-        stage_busy_s=sim.stage_busy_s,
-        stage_peak_bytes=sim.stage_peak_bytes,
-        stage_static_bytes=tuple(stage_static_bytes(problem, a, s) for s in range(pp)),
+        makespan_s=fast.makespan_s,
+        stage_busy_s=busy,
+        stage_peak_bytes=tuple(
+            s + p for s, p in zip(static, fast.stage_peak_activation_bytes, strict=True)
+        ),
+        stage_static_bytes=static,
         layers_per_stage=per_stage,
-        bubble_fraction=(pp * sim.makespan_s - useful) / useful if useful > 0 else 0.0,
+        bubble_fraction=(pp * fast.makespan_s - useful) / useful if useful > 0 else 0.0,
     )

@@ -32,6 +32,8 @@ from autotune.pipeline.result import (
 from autotune.pipeline.simulator import Simulation, simulate
 
 MAX_CUT_ROUNDS = 60
+# The layer moves run when the first plan is this far above the LP bound.
+IMPROVE_ABOVE_BOUND = 0.02
 
 
 def _path_of(sim: Simulation):
@@ -72,27 +74,69 @@ def _rounded_layers(problem: Problem, layers) -> list[list[int]] | None:
     return layers_in_order(problem, per_chunk)
 
 
-def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float, gap: float):
-    """A good first incumbent: the LP relaxation's layer counts rounded, then
-    the recomputation chosen for those counts by the local search
-    (search.py). With HiGHS that plan only sets the main solve's cutoff, so
-    the search's plan is returned as it is; otherwise (CBC, or when the
-    search finds nothing) the MILP with the layer counts fixed improves it.
-    None when no plan with those counts exists."""
+def _quick_start(problem: Problem) -> Assignment | None:
+    """The first plan, in about a second: the even split's layer counts
+    (repaired when they cannot fit) with the recomputation chosen by the
+    local search (search.py, layer_search.py)."""
+    from autotune.pipeline.layer_search import feasible_start
+    from autotune.pipeline.search import local_search
+
+    layers = even_layer_split(problem)
+    return local_search(problem, layers) or feasible_start(problem, layers)
+
+
+def _heuristic_start(
+    problem: Problem, paths, solver: str, time_limit_s: float, gap: float, verbose: bool
+):
+    """A usually better plan: the LP relaxation's layer counts rounded (or,
+    when those cannot fit, repaired), the recomputation chosen by the local
+    search. Every step is bounded by a count of moves, so the plan does not
+    depend on the machine's speed. Also the relaxation's value, a lower bound
+    on the step. (None, bound) when no start fits."""
     from autotune.pipeline.ilp import solve
+    from autotune.pipeline.layer_search import feasible_start
     from autotune.pipeline.search import local_search
 
     relaxed = solve(
-        problem, paths, time_limit_s=time_limit_s, solver=solver, relaxed=True, relative_gap=gap
+        problem,
+        paths,
+        time_limit_s=time_limit_s,
+        solver=solver,
+        relaxed=True,
+        relative_gap=gap,
+        verbose=verbose,
     )
+    bound = relaxed.objective if relaxed.layers is not None else None
     if relaxed.layers is None:
-        return None
-    layers = _rounded_layers(problem, relaxed.layers)
-    if layers is None:
-        return None
-    found = local_search(problem, layers)
-    if found is not None and solver == "highs":
+        return None, bound
+    rounded = _rounded_layers(problem, relaxed.layers)
+    if rounded is None:
+        return None, bound
+    return local_search(problem, rounded) or feasible_start(problem, rounded), bound
+
+
+def _improve(
+    problem: Problem,
+    found: Assignment,
+    paths,
+    solver: str,
+    time_limit_s: float,
+    gap: float,
+    verbose: bool,
+    deadline_s: float | None = None,
+) -> Assignment:
+    """One-layer moves from `found` (until `deadline_s`), then (CBC only)
+    the MILP with the layer counts fixed."""
+    from autotune.pipeline.ilp import solve
+    from autotune.pipeline.layer_search import better, improve_layers
+
+    found = improve_layers(problem, found, deadline_s=deadline_s)
+    if solver == "highs":
         return found
+    layers = [
+        [found.group_layers(c, g) for g in range(len(problem.groups))]
+        for c in range(problem.num_virtual)
+    ]
     out = solve(
         problem,
         paths,
@@ -101,9 +145,14 @@ def _heuristic_start(problem: Problem, paths, solver: str, time_limit_s: float, 
         fixed_layers=layers,
         start=found,
         relative_gap=gap,
+        verbose=verbose,
     )
-    plans = [a for a in (found, out.assignment) if a is not None]
-    return min(plans, key=lambda a: simulate(problem, a).makespan_s) if plans else None
+    if out.assignment is not None and out.status == "optimal":
+        a = out.assignment
+        a_step, f_step = simulate(problem, a).makespan_s, simulate(problem, found).makespan_s
+        if better(problem, a, a_step, found, f_step):
+            return a
+    return found
 
 
 def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibility:
@@ -133,13 +182,23 @@ def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibili
 
 def balance(problem: Problem, settings: SolverSettings | None = None) -> BalanceResult:
     """Choose layers per chunk and recomputation per layer that minimise the
-    simulated step time while every stage fits in memory."""
+    simulated step time while every stage fits in memory.
+
+    Anytime: a plan from the heuristics comes first (bounded by move counts,
+    so it is the same on every run), then the MILP searches for a faster one
+    or proves none exists. A plan the MILP finds is used when its solve ended
+    on its own (optimal, or every node pruned), not when the wall-clock limit
+    cut it (then which plan it held depends on the machine's load); the
+    limit's lower bound still sets the reported gap. Infeasible only when
+    the solver proves it."""
     from autotune.pipeline.ilp import solve, solver_name
+    from autotune.pipeline.layer_search import better, polish
 
     settings = settings or SolverSettings()
     t0 = time.perf_counter()
     solver = solver_name(settings.solver)
     gap_rel = settings.relative_gap
+    verbose = settings.verbose
     base_evals: list[PlanEvaluation] = []
     paths = []
     for label, assignment in baselines(problem):
@@ -150,19 +209,46 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     baseline = min(fitting, key=lambda b: b.step_time_s) if fitting else None
 
     best: tuple[Assignment, Simulation] | None = None
+
+    def offer(a: Assignment) -> None:
+        nonlocal best
+        sim = simulate(problem, a)
+        if _fits(problem, sim) and (
+            best is None or better(problem, a, sim.makespan_s, best[0], best[1].makespan_s)
+        ):
+            best = (a, sim)
+
     if baseline is not None:
-        best = (baseline.assignment, simulate(problem, baseline.assignment))
-    start = _heuristic_start(problem, paths, solver, settings.time_limit_s / 4, gap_rel)
+        offer(baseline.assignment)
+    limit_s = settings.time_limit_s
+    quick = _quick_start(problem)
+    if quick is not None:
+        offer(quick)
+    first_plan_s = time.perf_counter() - t0 if best is not None else None
+    start, lower_bound = _heuristic_start(problem, paths, solver, limit_s / 2, gap_rel, verbose)
+    lower_bound = lower_bound or 0.0
     if start is not None:
-        sim = simulate(problem, start)
-        if _fits(problem, sim) and (best is None or sim.makespan_s < best[1].makespan_s):
-            best = (start, sim)
-    lower_bound = 0.0
+        offer(start)
+    if first_plan_s is None and best is not None:
+        first_plan_s = time.perf_counter() - t0
+    # The one-layer moves cost seconds and rarely pay when the plan is already
+    # close to the relaxation's bound (the MILP then proves it quickly); far
+    # from it, they give the MILP a better cutoff. The MILP then runs once
+    # for the rest of the time: a second start would lose its tree.
+    if best is not None and best[1].makespan_s > lower_bound * (1 + IMPROVE_ABOVE_BOUND):
+        offer(
+            _improve(
+                problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s / 2
+            )
+        )
     rounds = 0
     last = None
-    while True:
+    proven_infeasible = False
+    stopped_by_limit = False
+    while best is None or best[1].makespan_s > lower_bound * (1 + gap_rel):
         remaining = settings.time_limit_s - (time.perf_counter() - t0)
         if remaining <= 0.05:
+            stopped_by_limit = True
             break
         rounds += 1
         # With HiGHS and a plan in hand, the plan sets a cutoff (the search
@@ -180,16 +266,25 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
             split_step_limit_s=cutoff,
             cutoff_s=cutoff,
             relative_gap=gap_rel,
+            verbose=verbose,
         )
+        # Stopped by the wall clock (a plan found or none) rather than by
+        # finishing: see the docstring.
+        limited = last.status in ("feasible", "no_solution")
         if last.bound is not None:
             lower_bound = max(lower_bound, last.bound)
+        stopped_by_limit = stopped_by_limit or limited
+        if last.status == "infeasible" and best is None and not limited:
+            proven_infeasible = True
         if last.assignment is None or last.status == "infeasible":
             break
-        sim = simulate(problem, last.assignment)
-        if _fits(problem, sim) and (best is None or sim.makespan_s < best[1].makespan_s):
-            best = (last.assignment, sim)
-        if last.status == "cutoff":
+        if not limited or solver == "cbc":
+            # CBC has no cutoff here and seldom proves within the limit: its
+            # plan at the limit is used (runs that hit it may then differ).
+            offer(last.assignment)
+        if last.status == "cutoff" or limited:
             break
+        sim = simulate(problem, last.assignment)
         if last.bound is None and last.status == "optimal" and last.objective is not None:
             lower_bound = max(lower_bound, last.objective * (1 - gap_rel))
         if sim.makespan_s <= (last.objective or 0.0) * (1 + 1e-9) or rounds >= MAX_CUT_ROUNDS:
@@ -201,29 +296,42 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
 
     elapsed = time.perf_counter() - t0
     if best is None:
-        why = None
-        if last is not None and last.status == "infeasible":
-            status, why = "infeasible", _diagnose(problem, solver, max(settings.time_limit_s, 10.0))
-        elif baseline is None:
-            status = "time_limit"
-            why = Infeasibility(None, None, "the solver found no plan within the time limit")
-        if why is not None:
-            return BalanceResult(
-                problem=problem,
-                plan=None,
-                predicted_step_s=None,
-                baseline=baseline,
-                baselines=tuple(base_evals),
-                solver=SolverReport(solver, status, elapsed, None, None, rounds, len(paths)),
-                infeasible=why,
+        if proven_infeasible:
+            status = "infeasible"
+            why = _diagnose(problem, solver, max(settings.time_limit_s, 10.0))
+        else:
+            status = "no_plan"
+            why = Infeasibility(
+                None,
+                None,
+                "no plan found within the time limit and none proven impossible; "
+                "raise --time-limit",
             )
+        return BalanceResult(
+            problem=problem,
+            plan=None,
+            predicted_step_s=None,
+            baseline=baseline,
+            baselines=tuple(base_evals),
+            solver=SolverReport(
+                solver,
+                status,
+                elapsed,
+                None,
+                None,
+                rounds,
+                len(paths),
+                first_plan_s,
+                stopped_by_limit,
+            ),
+            infeasible=why,
+        )
 
-    plan_eval = evaluate(problem, best[0], best[1], "balanced") if best is not None else None
-    if plan_eval is None or (baseline is not None and baseline.step_time_s < plan_eval.step_time_s):
-        # Only when the time limit cut the search short: never return a plan
-        # worse than the even split.
-        plan_eval = baseline
-    assert plan_eval is not None
+    plan_a = polish(problem, best[0])
+    plan_sim = simulate(problem, plan_a)
+    if not (_fits(problem, plan_sim) and plan_sim.makespan_s <= best[1].makespan_s * (1 + 1e-12)):
+        plan_a, plan_sim = best
+    plan_eval = evaluate(problem, plan_a, plan_sim, "balanced")
     predicted = (
         last.objective if (last is not None and last.assignment == plan_eval.assignment) else None
     )
@@ -239,6 +347,26 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
         predicted_step_s=predicted,
         baseline=baseline,
         baselines=tuple(base_evals),
-        solver=SolverReport(solver, status, elapsed, gap, lower_bound or None, rounds, len(paths)),
+        solver=SolverReport(
+            solver,
+            status,
+            elapsed,
+            gap,
+            lower_bound or None,
+            rounds,
+            len(paths),
+            first_plan_s,
+            stopped_by_limit,
+        ),
         infeasible=None,
     )
+
+
+def evaluate_plans(plans) -> tuple[PlanEvaluation, ...]:
+    """Simulate given plans (the seed tool's manual plans), each on its own
+    problem (a manual plan may use another chunk count); labelled by name."""
+    out = []
+    for plan in plans:
+        sim = simulate(plan.problem, plan.assignment)
+        out.append(evaluate(plan.problem, plan.assignment, sim, plan.name))
+    return tuple(out)

@@ -120,6 +120,22 @@ def decompose(ms: list[Measurement], *, file: str | None = None) -> Decompositio
     a = np.array([_row(m, names) for m in ms], dtype=float)
     b = np.array([m.memory_bytes for m in ms], dtype=float)
     rank = np.linalg.matrix_rank(a)
+    folded = []
+    if rank < len(names) and "constant" in names:
+        # The seed tool's fallback: without enough stages to tell the constant
+        # apart, solve without it; the constant is then spread over the
+        # per-layer, head and tail memories that the measurements mix it with.
+        without = [n for n in names if n != "constant"]
+        reduced = np.array([_row(m, without) for m in ms], dtype=float)
+        if np.linalg.matrix_rank(reduced) == len(without):
+            folded.append(
+                f"{len(ms)} measured stages cannot separate the constant per-stage memory from "
+                f"the other unknowns; solved with constant 0 (the seed tool's constant-free "
+                f"decomposition), so it is folded into the per-layer, head and tail memories "
+                f"and plans with other layer counts are less exact; to separate it, "
+                f"{_suggest(ms, names, a, file)}"
+            )
+            names, a, rank = without, reduced, len(without)
     if rank < len(names):
         _, _, vt = np.linalg.svd(a)
         null = vt[-1]
@@ -137,7 +153,7 @@ def decompose(ms: list[Measurement], *, file: str | None = None) -> Decompositio
     x = x_scaled / scale * 2**20
     residuals = a @ x - b
     rel = np.abs(residuals) / np.maximum(np.abs(b), 1.0)
-    warnings = []
+    warnings = list(folded)
     if len(ms) == len(names):
         warnings.append(
             "as many measurements as unknowns: the fit is exact and the residuals "
@@ -166,7 +182,7 @@ def decompose(ms: list[Measurement], *, file: str | None = None) -> Decompositio
         unknowns=values,
         activation_bytes=act,
         parameter_bytes=values["parameter"],
-        constant_bytes=values["constant"],
+        constant_bytes=values.get("constant", 0.0),
         head_bytes=values.get("head", 0.0),
         tail_bytes=values.get("tail", 0.0),
         residuals_bytes=tuple(float(r) for r in residuals),

@@ -36,9 +36,12 @@ import pulp
 from autotune.pipeline.assignment import Assignment, alive_vectors
 from autotune.pipeline.bounds import stage_floors
 from autotune.pipeline.problem import Problem, Schedule, SolverChoice
+from autotune.pipeline.quiet import solver_output
 from autotune.pipeline.schedule import stage_orders
 
 GIB = float(2**30)
+# Solver seed (CBC reads 0 as "from the clock", hence + 1 there).
+RANDOM_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,8 @@ class IlpOutcome:
 
 def highs_available() -> bool:
     """True when PuLP can drive HiGHS through highspy."""
-    return "HiGHS" in pulp.listSolvers(onlyAvailable=True)
+    with solver_output(False):  # probing makes a HiGHS object, which prints a banner
+        return "HiGHS" in pulp.listSolvers(onlyAvailable=True)
 
 
 def solver_name(choice: SolverChoice) -> str:
@@ -118,6 +122,7 @@ def _make_solver(
     log_path: str | None,
     warm: bool = False,
     cutoff: float | None = None,
+    verbose: bool = False,
 ):
     if name == "highs":
         if cutoff is not None:
@@ -128,13 +133,23 @@ def _make_solver(
             make, options = _HighsWithStart, _HIGHS_WARM_OPTIONS
         else:
             make, options = pulp.HiGHS, {}
-        return make(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **options)
+        # One thread and a fixed seed: the same problem gives the same plan.
+        return make(
+            msg=verbose,
+            timeLimit=time_limit_s,
+            gapRel=gap,
+            threads=1,
+            random_seed=RANDOM_SEED,
+            **options,
+        )
     return pulp.PULP_CBC_CMD(
-        msg=False,
+        msg=verbose,
         timeLimit=max(1, round(time_limit_s)),
         gapRel=gap,
         logPath=log_path,
         warmStart=warm,
+        threads=1,
+        options=[f"randomSeed {RANDOM_SEED + 1}", f"randomCbcSeed {RANDOM_SEED + 1}"],
     )
 
 
@@ -301,6 +316,7 @@ def solve(
     split_step_limit_s: float | None = None,
     cutoff_s: float | None = None,
     relative_gap: float = 1e-3,
+    verbose: bool = False,
 ) -> IlpOutcome:
     """Build and solve the MILP. Times are scaled to the largest layer
     forward and memory to GiB so the coefficients stay near 1.
@@ -449,16 +465,18 @@ def solve(
         if start is not None:
             _set_start(problem, start, n, xv, ys)
         use_cutoff = cutoff_s is not None and solver == "highs"
-        prob.solve(
-            _make_solver(
-                solver,
-                time_limit_s,
-                relative_gap,
-                log_path,
-                start is not None,
-                cutoff_s / t_ref if use_cutoff else None,
+        with solver_output(verbose):
+            prob.solve(
+                _make_solver(
+                    solver,
+                    time_limit_s,
+                    relative_gap,
+                    log_path,
+                    start is not None,
+                    cutoff_s / t_ref if use_cutoff else None,
+                    verbose,
+                )
             )
-        )
         elapsed = time.perf_counter() - t0
         bound = None
         if solver == "highs":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 # The recomputation options meshtune knows, in the order the seed framework's
@@ -272,15 +272,13 @@ class Problem:
 @dataclass(frozen=True)
 class SolverSettings:
     """How the balancer searches (not part of the problem): solver, wall-time
-    limit of the whole search, the relative gap at which it stops, and the
-    solver's thread count and random seed (fixed, so the same problem gives
-    the same plan); `verbose` sends the solver's log to stderr."""
+    limit of the whole search, the relative gap at which it stops; `verbose`
+    sends the solver's log to stderr. (The solvers always run on one thread
+    with a fixed seed, so the same problem gives the same plan.)"""
 
     solver: SolverChoice = SolverChoice.AUTO
     time_limit_s: float = 60.0
     relative_gap: float = 1e-3
-    threads: int = 1
-    random_seed: int = 0
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -289,3 +287,38 @@ class SolverSettings:
         _check_number("relative_gap", self.relative_gap)
         if self.relative_gap >= 1:
             raise ProblemError(f"relative_gap must be < 1, got {self.relative_gap!r}")
+
+
+@dataclass(frozen=True)
+class ShapeOverrides:
+    """Values given on the command line that replace the file's (None = keep):
+    the seed tool took the run's shape as flags (-s, -i, -mb, -mem, -t)."""
+
+    num_stages: int | None = None
+    num_chunks: int | None = None
+    num_micro_batches: int | None = None
+    memory_cap_bytes: float | None = None
+    time_limit_s: float | None = None
+
+    def apply(self, problem: Problem) -> Problem:
+        """The problem with these values in place; a chunk count above 1
+        selects interleaved 1F1B, a count of 1 plain 1F1B."""
+        changes: dict = {}
+        if self.num_stages is not None:
+            changes["num_stages"] = self.num_stages
+        if self.num_micro_batches is not None:
+            changes["num_micro_batches"] = self.num_micro_batches
+        if self.memory_cap_bytes is not None:
+            changes["memory_cap_bytes"] = self.memory_cap_bytes
+        if self.num_chunks is not None:
+            changes["num_chunks"] = self.num_chunks
+            changes["schedule"] = (
+                Schedule.INTERLEAVED if self.num_chunks > 1 else Schedule.ONE_F_ONE_B
+            )
+        return replace(problem, **changes) if changes else problem
+
+    def apply_settings(self, settings: SolverSettings) -> SolverSettings:
+        """The settings with the time limit in place."""
+        if self.time_limit_s is None:
+            return settings
+        return replace(settings, time_limit_s=self.time_limit_s)

@@ -1,8 +1,10 @@
-"""Read a pipeline input file of either format into the balancer's Problem.
+"""Read a pipeline input file into the balancer's Problem.
 
-meshtune's YAML (yaml_format.py) and the seed tool's init YAML
-(seed_format.py) are two readers of one Problem (problem.py); this module
-picks the reader, so neither reader imports the other.
+Three readers build one Problem (problem.py): meshtune's YAML
+(yaml_format.py), the seed tool's init YAML (seed_format.py) and its layer
+description JSON (seed_layers.py); this module picks the reader by content,
+applies the command-line overrides and reads manual plans, so no reader
+imports another's caller.
 """
 
 from __future__ import annotations
@@ -11,18 +13,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.pipeline.problem import Problem, SolverSettings
+from autotune.errors import InputError
+from autotune.pipeline.problem import Problem, ProblemError, ShapeOverrides, SolverSettings
+from autotune.pipeline.seed_plans import ManualPlan, read_manual_plans
 
 
 @dataclass(frozen=True)
 class PipelineInput:
-    """A file read: the problem, how to solve it, which format it was and,
-    for the seed format, the memory decomposition it was built from."""
+    """A file read: the problem (None when the file holds no time data, so
+    only its memory decomposition can be reported), how to solve it, which
+    format it was, the decomposition it was built from (seed init YAML),
+    what the reader assumed (warnings) and the manual plans to compare."""
 
-    problem: Problem
+    problem: Problem | None
     settings: SolverSettings
     format: str
     decomposition: Any = None
+    warnings: tuple[str, ...] = ()
+    manual_plans: tuple[ManualPlan, ...] = ()
 
 
 def is_seed_format(data: dict[str, Any]) -> bool:
@@ -30,17 +38,82 @@ def is_seed_format(data: dict[str, Any]) -> bool:
     return "pipeline_config" in data
 
 
-def read_pipeline_file(path: str | Path) -> PipelineInput:
-    """Read either input format."""
-    from autotune.loading import load_mapping
+def _load(path: str | Path) -> Any:
+    from autotune.loading import load_mapping, read_text
 
-    data = load_mapping(path)
-    if is_seed_format(data):
+    if str(path).lower().endswith(".json"):
+        from autotune.pipeline.seed_layers import parse_json
+
+        return parse_json(read_text(path), str(path))
+    return load_mapping(path)
+
+
+def read_pipeline_file(
+    path: str | Path,
+    overrides: ShapeOverrides | None = None,
+    manual_path: str | Path | None = None,
+) -> PipelineInput:
+    """Read any of the three formats, with the command-line values in place."""
+    from autotune.pipeline.seed_layers import is_layer_json
+
+    overrides = overrides or ShapeOverrides()
+    file = str(path)
+    data = _load(path)
+    manual_source: tuple[dict, str] | None = None
+    if is_layer_json(data):
+        from autotune.pipeline.seed_layers import read_layer_json
+
+        problem, warnings = read_layer_json(data, file, overrides)
+        read = PipelineInput(
+            problem, overrides.apply_settings(SolverSettings()), "seed-layers", None, warnings
+        )
+    elif not isinstance(data, dict):
+        raise InputError(
+            "must be a mapping (meshtune's YAML, the seed tool's init YAML) or a layer description",
+            file=file,
+        )
+    elif is_seed_format(data):
         from autotune.pipeline.seed_format import read_seed_problem
 
-        problem, settings, dec = read_seed_problem(data, str(path))
-        return PipelineInput(problem, settings, "seed", dec)
-    from autotune.pipeline.yaml_format import read_yaml_problem
+        problem, settings, dec, warnings = read_seed_problem(data, file, overrides)
+        read = PipelineInput(problem, settings, "seed", dec, warnings)
+        manual_source = (data, file)
+    else:
+        from autotune.pipeline.yaml_format import read_yaml_problem
 
-    problem, settings = read_yaml_problem(data, str(path))
-    return PipelineInput(problem, settings, "meshtune")
+        problem, settings = read_yaml_problem(data, file)
+        try:
+            problem = overrides.apply(problem)
+        except ProblemError as exc:
+            raise InputError(
+                f"the shape given on the command line does not fit: {exc}",
+                file=file,
+                fix="check --stages, --chunks and --micro-batches",
+            ) from None
+        read = PipelineInput(problem, overrides.apply_settings(settings), "meshtune")
+    plans: list[ManualPlan] = []
+    sources = [manual_source] if manual_source else []
+    if manual_path is not None:
+        from autotune.loading import load_mapping
+
+        sources.append((load_mapping(manual_path), str(manual_path)))
+    for source, source_file in sources:
+        if read.problem is None:
+            break
+        plans += read_manual_plans(source, source_file, read.problem)
+    if manual_path is not None and not plans and read.problem is not None:
+        raise InputError(
+            "holds no manual plan",
+            file=str(manual_path),
+            fix="give plans as `manual1: {offset: [...], select_recompute: [...]}`",
+        )
+    if plans:
+        read = PipelineInput(
+            read.problem,
+            read.settings,
+            read.format,
+            read.decomposition,
+            read.warnings,
+            tuple(plans),
+        )
+    return read

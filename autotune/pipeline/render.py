@@ -69,26 +69,16 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
     console.print(
         f"[bold]Pipeline[/bold]: pp={pr.num_stages}, v={pr.num_chunks}, "
         f"m={pr.num_micro_batches}, {pr.schedule.value}, "
-        f"{' + '.join(f'{g.count} {g.kind}' for g in pr.groups)} layers, "
+        f"{' + '.join(f'{g.count} {user_text(g.kind)}' for g in pr.groups)} layers, "
         f"cap {_gib(pr.memory_cap_bytes)} GiB"
     )
-    dec = result.decomposition
-    if dec is not None:
-        acts = ", ".join(f"{k} {v / 2**20:.0f}" for k, v in dec.activation_bytes.items())
-        console.print(
-            f"Memory decomposition (MiB): parameters {dec.parameter_bytes / 2**20:.0f}/layer, "
-            f"activation/layer/micro-batch {acts}, constant {dec.constant_bytes / 2**20:.0f}, "
-            f"head {dec.head_bytes / 2**20:.0f}, tail {dec.tail_bytes / 2**20:.0f}; "
-            f"rms residual {dec.rms_residual_bytes / 2**20:.1f} MiB over "
-            f"{dec.num_measurements} stages (max {_pct(dec.max_relative_residual)})"
-        )
-        for w in dec.warnings:
-            console.print(f"[yellow]warning[/yellow]: {user_text(w, 400)}")
+    if result.decomposition is not None:
+        render_decomposition(result.decomposition, console)
     s = result.solver
     console.print(f"Solver: {s.solver}, {s.status}, {s.solve_time_s:.2f} s, gap {_pct(s.gap)}")
     if result.plan is None:
         reason = result.infeasible.reason if result.infeasible else "no plan"
-        console.print(f"[bold red]No feasible plan[/bold red]: {reason}")
+        console.print(f"[bold red]No feasible plan[/bold red]: {user_text(reason, 400)}")
         return
     plan = result.plan
     console.print(_stage_table(plan, kinds, pr.memory_cap_bytes))
@@ -105,6 +95,19 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
         )
     else:
         console.print("Baseline: no even split with one recomputation option fits the cap")
+    if result.manual_plans:
+        table = Table(box=box.SIMPLE_HEAVY, title="Manual plans (simulated)")
+        for col in ("plan", "chunks", "step time", "vs balanced", "fits"):
+            table.add_column(col, justify="right")
+        for m in result.manual_plans:
+            table.add_row(
+                user_text(m.label),
+                str(len(m.stages[0].chunks)),
+                _ms(m.step_time_s),
+                f"{m.step_time_s / plan.step_time_s:.4f}x",
+                "yes" if m.fits else "[red]no[/red]",
+            )
+        console.print(table)
     console.print("[bold]Seed framework config[/bold]:")
     console.print(f"  offset: {plan.seed.offset}")
     console.print(f"  recompute: {plan.seed.recompute}")
@@ -116,3 +119,19 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
         )
         for st, row in enumerate(timeline_rows(plan.simulation, pr.num_stages, TIMELINE_WIDTH)):
             console.print(f"{st:>3} {row}", markup=False, highlight=False)
+
+
+def render_decomposition(dec, console: Console | None = None) -> None:
+    """Print the solved per-layer memories, the fit and its warnings."""
+    console = console or Console()
+    acts = ", ".join(f"{k} {v / 2**20:.0f}" for k, v in dec.activation_bytes.items())
+    console.print(
+        f"Memory decomposition (MiB): parameters {dec.parameter_bytes / 2**20:.0f}/layer, "
+        f"activation/layer/micro-batch {acts}, constant {dec.constant_bytes / 2**20:.0f}, "
+        f"head {dec.head_bytes / 2**20:.0f}, tail {dec.tail_bytes / 2**20:.0f}; "
+        f"rms residual {dec.rms_residual_bytes / 2**20:.1f} MiB over "
+        f"{dec.num_measurements} stages (max {_pct(dec.max_relative_residual)})",
+        highlight=False,
+    )
+    for w in dec.warnings:
+        console.print(f"[yellow]warning[/yellow]: {user_text(w, 400)}", highlight=False)

@@ -82,6 +82,8 @@ class SolverReport:
     lower_bound_s: float | None
     num_rounds: int
     num_paths: int
+    first_plan_s: float | None = None
+    time_limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ class BalanceResult:
     solver: SolverReport
     infeasible: Infeasibility | None
     decomposition: object | None = None
+    source_format: str = "meshtune"
+    warnings: tuple[str, ...] = ()
+    manual_plans: tuple[PlanEvaluation, ...] = ()
 
 
 def seed_config(problem: Problem, a: Assignment) -> SeedConfig:

@@ -1,6 +1,9 @@
-"""The seed tool's init YAML (pipeline.md section 5), plus a `meshtune:`
-block with what its command-line flags carried (micro-batches, memory cap,
-chunks) and the recomputation time coefficients.
+"""The seed tool's init YAML as it is (pipeline.md section 5): old files with
+`time_config`, new ones with `profiling_config` (its times live in profiler
+traces, so those files give the memory decomposition only), manual plans
+(`manual1:` ...) and an optional `meshtune:` block. What the seed tool took
+as command-line flags (stages, chunks, micro-batches, memory cap, time
+limit) comes from meshtune's flags (ShapeOverrides) or the `meshtune:` block.
 
 Units: the seed's memories are MB as MindSpore's memory log prints them
 ("48874M"), read as MiB (2**20 bytes); its times are read as milliseconds.
@@ -11,6 +14,7 @@ least pp micro-batches, so stage s held pp - s micro-batches at its peak).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import Field
@@ -22,14 +26,41 @@ from autotune.pipeline.problem import (
     EndBlock,
     LayerGroup,
     Problem,
+    ProblemError,
     RecomputeOption,
+    Schedule,
+    ShapeOverrides,
     SolverSettings,
 )
-from autotune.pipeline.yaml_format import GIB, MS, PipelineShapeSpec, SolverSpec, settings_from_spec
-from autotune.specs.base import Spec
+from autotune.pipeline.seed_plans import MANUAL_KEY
+from autotune.pipeline.yaml_format import (
+    GIB,
+    MS,
+    PipelineShapeSpec,
+    SolverSpec,
+    Spec,
+    settings_from_spec,
+)
 
 MIB = float(2**20)
-SEED_KEYS = ("pipeline_config", "time_config", "recompute_config", "memory_usage", "meshtune")
+
+SEED_KEYS = (
+    "pipeline_config",
+    "time_config",
+    "profiling_config",
+    "recompute_config",
+    "memory_usage",
+    "meshtune",
+)
+# The seed tool's backward-time coefficients (its utils/recompute.py
+# DEFAULT_COEF), used when the file gives none.
+SEED_COEFFICIENTS = {
+    "none": 0.0,
+    "selective": 0.04,
+    "comm": 0.125,
+    "selective_comm": 0.165,
+    "full": 0.5,
+}
 
 
 class SeedPlanSpec(Spec):
@@ -42,10 +73,14 @@ class SeedPlanSpec(Spec):
     num_micro_batches: int | None = Field(
         default=None, gt=0, description="Micro-batches (when `pipeline` is not given)."
     )
-    memory_cap_gib: float = Field(gt=0, description="Usable device memory per stage, GiB.")
+    memory_cap_gib: float | None = Field(
+        default=None, gt=0, description="Usable device memory per stage, GiB."
+    )
     backward_factor: float = Field(default=2.0, ge=0, description="Backward / forward time.")
-    recompute_options: dict[str, float] = Field(
-        description="Options to plan with and their backward-time coefficients."
+    recompute_options: dict[str, float] | None = Field(
+        default=None,
+        description="Options to plan with and their backward-time coefficients (default: "
+        "every option the dry runs measured, with the seed tool's coefficients).",
     )
     solver: SolverSpec = Field(default_factory=SolverSpec, description="Solver settings.")
 
@@ -54,12 +89,30 @@ def _err(msg: str, file: str, field: str, value: Any = None, fix: str | None = N
     return InputError(msg, file=file, field=field, value=value, fix=fix)
 
 
+ALL = -1  # `true` in a recompute list: every layer of the stage
+
+
 def _rounds(value: Any, file: str, field: str, pp: int, num_rounds: int | None) -> list[list[int]]:
-    """Normalise false / a list / a list of lists to per-round per-stage lists."""
-    if value is False or value is None or value == 0:
+    """Normalise false / true / 0 / a list / a list of lists to per-round
+    per-stage lists (ALL marks `true`: every layer)."""
+    if value is False or value is None or (value == 0 and not isinstance(value, list)):
         return [[0] * pp for _ in range(num_rounds or 1)]
-    if isinstance(value, list) and value and all(isinstance(v, list) or v is False for v in value):
-        return [[0] * pp if v is False else _stage_list(v, file, field, pp) for v in value]
+    if value is True:
+        return [[ALL] * pp for _ in range(num_rounds or 1)]
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, list) or isinstance(v, bool) or v == 0 for v in value)
+        and any(isinstance(v, list) or isinstance(v, bool) for v in value)
+    ):
+        return [
+            [ALL] * pp
+            if v is True
+            else [0] * pp
+            if v is False or v == 0
+            else _stage_list(v, file, field, pp)
+            for v in value
+        ]
     return [_stage_list(value, file, field, pp)]
 
 
@@ -134,11 +187,18 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
     out: list[Measurement] = []
 
     def add(r: int, s: int, memory_mb: Any, label: str) -> None:
-        if not isinstance(memory_mb, (int, float)) or isinstance(memory_mb, bool) or memory_mb <= 0:
-            raise _err("must be a positive number of MB", file, label, memory_mb)
+        if (
+            not isinstance(memory_mb, (int, float))
+            or isinstance(memory_mb, bool)
+            or not math.isfinite(memory_mb)
+            or memory_mb <= 0
+        ):
+            raise _err("must be a finite positive number of MB", file, label, memory_mb)
         n = base + offsets[r][s]
-        full = rec["recompute"][r][s]
-        sel, comm = rec["select_recompute"][r][s], rec["select_comm_recompute"][r][s]
+        full, sel, comm = (
+            n if rec[k][r][s] == ALL else rec[k][r][s]
+            for k in ("recompute", "select_recompute", "select_comm_recompute")
+        )
         if n <= 0 or min(full, sel, comm) < 0:
             raise _err(
                 f"stage {s} of round {r} has {n} layers, recompute {full}, select_recompute "
@@ -169,49 +229,94 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
     return out, pp, num_layer
 
 
+def _number(data: dict, key: str, file: str, where: str) -> float:
+    value = _need(data, key, file, where, (int, float))
+    if not math.isfinite(value) or value < 0:
+        raise _err("must be a finite number >= 0", file, f"{where}.{key}", value)
+    return float(value)
+
+
+def _shape(
+    plan: SeedPlanSpec, pp_dry: int, overrides: ShapeOverrides, file: str
+) -> tuple[int, int, int, str, int]:
+    """(stages, chunks, micro-batches, schedule, min layers per chunk): flag,
+    else the `meshtune:` block, else (stages only) the dry run's pp."""
+    shape = plan.pipeline
+    stages = overrides.num_stages or (shape.num_stages if shape else pp_dry)
+    chunks = overrides.num_chunks or (shape.num_chunks if shape else 1)
+    micro = overrides.num_micro_batches or (
+        shape.num_micro_batches if shape else plan.num_micro_batches
+    )
+    if micro is None:
+        raise _err(
+            "is not given (the seed tool's -mb flag)",
+            file,
+            "micro-batches",
+            fix="pass --micro-batches M or add `meshtune: {num_micro_batches: M}`",
+        )
+    schedule = "interleaved-1f1b" if chunks > 1 else "1f1b"
+    if shape is not None and overrides.num_chunks is None:
+        schedule = shape.schedule.value
+    return stages, chunks, micro, schedule, shape.min_layers_per_chunk if shape else 1
+
+
 def read_seed_problem(
-    data: dict[str, Any], file: str
-) -> tuple[Problem, SolverSettings, Decomposition]:
-    """Decompose the dry-run memories and build the problem."""
+    data: dict[str, Any], file: str, overrides: ShapeOverrides
+) -> tuple[Problem | None, SolverSettings, Decomposition, tuple[str, ...]]:
+    """Decompose the dry-run memories and build the problem; the problem is
+    None when the file has no time data (`profiling_config` files: their
+    times are in profiler traces). Also the warnings on what was assumed."""
     from autotune.loading import validate_spec
 
-    unknown = [k for k in data if k not in SEED_KEYS]
+    unknown = [k for k in data if k not in SEED_KEYS and not MANUAL_KEY.fullmatch(str(k))]
     if unknown:
         raise _err(
             "is not a known key of the seed format",
             file,
             str(unknown[0]),
-            fix=f"remove it (allowed: {', '.join(SEED_KEYS)})",
+            fix=f"remove it (allowed: {', '.join(SEED_KEYS)}, manual1, manual2, ...)",
         )
-    if "meshtune" not in data:
-        raise _err(
-            "is required in a seed-format file (micro-batches, memory cap, coefficients)",
-            file,
-            "meshtune",
-            fix="add `meshtune: {num_micro_batches: 32, memory_cap_gib: 60, "
-            "recompute_options: {none: 0.0, full: 0.5}}` (see examples/pipeline-seed-format.yaml)",
-        )
-    plan = validate_spec(SeedPlanSpec, data["meshtune"], file=file, prefix="meshtune")
+    plan = validate_spec(SeedPlanSpec, data.get("meshtune") or {}, file=file, prefix="meshtune")
     ms, pp_dry, num_layer = measurements(data, file)
     dec = decompose(ms, file=file)
+    warnings = list(dec.warnings)
+    settings = overrides.apply_settings(settings_from_spec(plan.solver))
+    if "time_config" not in data:
+        where = "profiling_config" if "profiling_config" in data else "the file"
+        warnings.append(
+            f"no time_config: {where} points at profiler traces meshtune does not read, so "
+            "only the memory decomposition is reported; add `time_config: {head: H, body: B, "
+            "tail: T}` (forward ms per micro-batch) to plan"
+        )
+        return None, settings, dec, tuple(warnings)
     tc = _need(data, "time_config", file, "")
-    times = {k: _need(tc, k, file, "time_config", (int, float)) for k in ("head", "body", "tail")}
+    times = {k: _number(tc, k, file, "time_config") for k in ("head", "body", "tail")}
     if times["body"] <= 0:
         raise _err("must be positive", file, "time_config.body", times["body"])
 
-    if plan.pipeline is not None:
-        shape = plan.pipeline
+    stages, chunks, micro, schedule, min_layers = _shape(plan, pp_dry, overrides, file)
+    if overrides.memory_cap_bytes is not None:
+        cap = overrides.memory_cap_bytes
+    elif plan.memory_cap_gib is not None:
+        cap = plan.memory_cap_gib * GIB
     else:
-        if plan.num_micro_batches is None:
-            raise _err(
-                "is required",
-                file,
-                "meshtune.num_micro_batches",
-                fix="add `num_micro_batches:` or a `pipeline:` block",
-            )
-        shape = PipelineShapeSpec(num_stages=pp_dry, num_micro_batches=plan.num_micro_batches)
-    names = [n for n in RECOMPUTE_OPTIONS if n in plan.recompute_options]
-    for name in plan.recompute_options:
+        raise _err(
+            "is not given (the seed tool's -mem flag)",
+            file,
+            "memory cap",
+            fix="pass --memory-cap-mb X or add `meshtune: {memory_cap_gib: G}`",
+        )
+    if plan.recompute_options is None:
+        coefficients = {n: SEED_COEFFICIENTS[n] for n in dec.activation_bytes}
+        warnings.append(
+            "recomputation time coefficients are the seed tool's defaults ("
+            + ", ".join(f"{n} {c}" for n, c in coefficients.items())
+            + "); set meshtune.recompute_options to use measured ones"
+        )
+    else:
+        coefficients = plan.recompute_options
+    names = [n for n in RECOMPUTE_OPTIONS if n in coefficients]
+    for name in coefficients:
         if name not in RECOMPUTE_OPTIONS:
             raise _err(
                 "is not a recomputation option",
@@ -226,34 +331,34 @@ def read_seed_problem(
                 f"meshtune.recompute_options.{name}",
                 fix="remove it or add a dry run that uses it",
             )
+    bf = plan.backward_factor
     body = LayerGroup(
         kind="body",
         count=num_layer,
         forward_s=times["body"] * MS,
-        backward_s=times["body"] * MS * plan.backward_factor,
+        backward_s=times["body"] * MS * bf,
         parameter_bytes=dec.parameter_bytes,
         activation_bytes=tuple(dec.activation_bytes[n] for n in names),
     )
-    bf = plan.backward_factor
-    problem = Problem(
-        num_stages=shape.num_stages,
-        num_chunks=shape.num_chunks,
-        num_micro_batches=shape.num_micro_batches,
-        schedule=shape.schedule,
-        min_layers_per_chunk=shape.min_layers_per_chunk,
-        options=tuple(RecomputeOption(n, plan.recompute_options[n]) for n in names),
-        groups=(body,),
-        head=EndBlock(times["head"] * MS, times["head"] * MS * bf, dec.head_bytes),
-        tail=EndBlock(times["tail"] * MS, times["tail"] * MS * bf, dec.tail_bytes),
-        constant_bytes=dec.constant_bytes,
-        memory_cap_bytes=plan.memory_cap_gib * GIB,
-    )
-    if num_layer < problem.num_virtual * shape.min_layers_per_chunk:
-        raise _err(
-            f"{num_layer} layers cannot fill {problem.num_virtual} chunks",
-            file,
-            "pipeline_config.num_layer",
-            num_layer,
-            fix="use fewer stages or chunks",
+    try:
+        problem = Problem(
+            num_stages=stages,
+            num_chunks=chunks,
+            num_micro_batches=micro,
+            schedule=Schedule(schedule),
+            min_layers_per_chunk=min_layers,
+            options=tuple(RecomputeOption(n, coefficients[n]) for n in names),
+            groups=(body,),
+            head=EndBlock(times["head"] * MS, times["head"] * MS * bf, dec.head_bytes),
+            tail=EndBlock(times["tail"] * MS, times["tail"] * MS * bf, dec.tail_bytes),
+            constant_bytes=dec.constant_bytes,
+            memory_cap_bytes=cap,
         )
-    return problem, settings_from_spec(plan.solver), dec
+    except ProblemError as exc:
+        raise _err(
+            str(exc),
+            file,
+            "pipeline shape",
+            fix="check --stages, --chunks and --micro-batches (or the meshtune: block)",
+        ) from None
+    return problem, settings, dec, tuple(warnings)

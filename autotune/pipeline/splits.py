@@ -256,7 +256,9 @@ def stage_splits(problem: Problem, max_step_s: float | None = None) -> tuple[Sta
                 limit -= 1
         if limit < low * v:
             continue
-        splits = list(_compositions(v, low, limit))
+        # Generate one more than allowed at most: the full list can run to
+        # hundreds of thousands when a stage may hold many layers.
+        splits = list(itertools.islice(_compositions(v, low, limit), MAX_SPLITS_PER_STAGE + 1))
         if len(splits) > MAX_SPLITS_PER_STAGE:
             continue
         static = problem.constant_bytes

@@ -9,19 +9,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from autotune.pipeline.problem import (
     RECOMPUTE_OPTIONS,
     EndBlock,
     LayerGroup,
     Problem,
+    ProblemError,
     RecomputeOption,
     Schedule,
     SolverChoice,
     SolverSettings,
 )
-from autotune.specs.base import Spec
+from autotune.specs.base import Spec as _BaseSpec
+
+
+class Spec(_BaseSpec):
+    """The pipeline specs: the common base, and no NaN or infinity anywhere."""
+
+    model_config = ConfigDict(**_BaseSpec.model_config, allow_inf_nan=False)
+
 
 MS = 1e-3
 GIB = float(2**30)
@@ -240,4 +248,7 @@ def read_yaml_problem(data: dict[str, Any], file: str) -> tuple[Problem, SolverS
                 fix=f"remove it or correct the spelling (allowed: {', '.join(allowed)})",
             )
     spec = validate_spec(PipelineFileSpec, data, file=file)
-    return problem_from_spec(spec), settings_from_spec(spec.solver)
+    try:
+        return problem_from_spec(spec), settings_from_spec(spec.solver)
+    except ProblemError as exc:
+        raise InputError(str(exc), file=file, fix="correct that value") from None

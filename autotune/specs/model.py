@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from autotune.specs.base import MAX_DIM, MAX_LAYERS, Spec
 
@@ -63,6 +64,13 @@ class ModelSpec(Spec):
     position_encoding: PositionEncoding = Field(
         default=PositionEncoding.LEARNED, strict=False, description="learned or rotary."
     )
+    tied_embeddings: bool | None = Field(
+        default=None,
+        description=(
+            "Input embedding and output projection share one matrix (informational, "
+            "for parameter counts); omitted means not stated."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelSpec:
@@ -73,6 +81,15 @@ class ModelSpec(Spec):
                 "fix: use a num_kv_heads that divides num_heads"
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unstated(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An unstated tied_embeddings is left out of dumps, so documents that
+        # embed a model written before the field existed keep their bytes.
+        data = handler(self)
+        if self.tied_embeddings is None:
+            data.pop("tied_embeddings", None)
+        return data
 
     @property
     def kv_heads(self) -> int:

@@ -1,0 +1,138 @@
+"""`meshtune export`: one plan in, what a trainer reads out.
+
+Every writer returns an :class:`Export`: its files and two lists of one-line
+notes, written into each file's header and printed by the CLI:
+
+- *assumed*: what the plan does not decide and the writer had to settle
+  (the plan's step time counts no recomputation and no optimizer sharding);
+- *not expressed*: each planned choice the target has no key for, never
+  dropped silently.
+
+A plan a target cannot run at all (a 2D mesh for a 1D-only trainer) is an
+InputError (exit 2) whose fix names a target that can.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune import __version__
+from autotune.errors import InputError
+from autotune.formats.plan_view import PlanView, read_plan_view
+from autotune.io import atomic_write_text
+
+# target -> "module:function(PlanView) -> Export"
+TARGETS: dict[str, str] = {
+    "jax": "autotune.formats.jax_export:export_jax",
+    "maxtext": "autotune.formats.maxtext:export_maxtext",
+    "megatron": "autotune.formats.megatron:export_megatron",
+    "torchtitan": "autotune.formats.torchtitan:export_torchtitan",
+    "mindformers": "autotune.formats.mindformers:export_mindformers",
+}
+
+# The plan's step time prices each FC layer's three GEMMs once per micro-batch.
+NO_RECOMPUTE = "recomputation off: the plan's step time runs each FC GEMM once (no recomputation)"
+NO_OPTIMIZER_SHARDING = (
+    "optimizer sharding (ZeRO) left at the target's default: the plan does not choose it"
+)
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    """One file a writer produces (name relative to the output folder)."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Export:
+    """A writer's output and what it had to assume or could not express."""
+
+    target: str
+    files: tuple[ExportFile, ...]
+    assumed: tuple[str, ...]
+    not_expressed: tuple[str, ...]
+
+
+@dataclass
+class Notes:
+    """Collects a writer's one-line notes while it maps the plan."""
+
+    assumed: list[str] = field(default_factory=list)
+    not_expressed: list[str] = field(default_factory=list)
+
+    def assume(self, line: str) -> None:
+        """Record something the plan does not decide."""
+        self.assumed.append(line)
+
+    def drop(self, line: str) -> None:
+        """Record a planned choice the target cannot express."""
+        self.not_expressed.append(line)
+
+
+def header_lines(view: PlanView, target: str, keys_from: str, notes: Notes) -> list[str]:
+    """The comment lines every exported file starts with (without markers)."""
+    t = view.training
+    lines = [
+        f"meshtune export --to {target}, from {view.source_name} "
+        f"(meshtune.plan/1, meshtune {__version__})",
+        f"{view.model.name}: {view.num_rows} x {view.num_cols} tensor-parallel mesh, "
+        f"data parallel {t.data_parallel}, pipeline parallel {t.pipeline_parallel}, "
+        f"{t.micro_batches} micro-batch(es), {view.total_chips} chips",
+        f"key names: {keys_from}",
+    ]
+    lines += [f"assumed: {line}" for line in notes.assumed]
+    lines += [f"not expressed: {line}" for line in notes.not_expressed]
+    return lines
+
+
+def commented(lines: list[str], marker: str = "#") -> str:
+    """Lines as comments, one per line, with a trailing newline."""
+    return "".join(f"{marker} {line}\n" for line in lines)
+
+
+def finish(target: str, files: list[ExportFile], notes: Notes) -> Export:
+    """Freeze a writer's result."""
+    return Export(target, tuple(files), tuple(notes.assumed), tuple(notes.not_expressed))
+
+
+def needs_1d(view: PlanView, target: str, trainer: str) -> None:
+    """Refuse a 2D plan for a trainer whose tensor parallelism is 1D."""
+    if not view.is_1d:
+        raise InputError(
+            f"is a 2D mesh ({view.num_rows} x {view.num_cols}); {trainer} runs 1D tensor "
+            f"parallelism only, so the {target} export cannot express this plan",
+            file=view.file,
+            field="mesh",
+            fix="export --to jax (or maxtext), or plan on a 1 x N mesh "
+            "(cluster mesh_shapes: [[1, N]])",
+        )
+
+
+def export_plan(plan_file: str, target: str) -> Export:
+    """Read `plan_file` and run the `target` writer."""
+    if target not in TARGETS:
+        raise InputError(
+            "is not an export target", field="--to", value=target, fix=f"use {', '.join(TARGETS)}"
+        )
+    view = read_plan_view(plan_file)
+    module_name, attr = TARGETS[target].split(":")
+    return getattr(importlib.import_module(module_name), attr)(view)
+
+
+def write_export(result: Export, out_dir: str) -> list[Path]:
+    """Write every file into `out_dir` (created if missing), each atomically."""
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(
+            "is a file, not a folder", field="--out", value=out_dir, fix="name a folder"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in result.files:
+        atomic_write_text(folder / f.name, f.text)
+        written.append(folder / f.name)
+    return written

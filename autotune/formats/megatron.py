@@ -1,0 +1,223 @@
+"""The Megatron-LM / Transformer Engine export, for 1D plans (Megatron's
+tensor parallelism has one axis; a 2D plan is refused with a pointer to the
+JAX export).
+
+Files: `megatron_args.sh`, a bash array of command-line arguments, and
+`tp_comm_overlap_cfg.yaml`, Transformer Engine's userbuffers configuration
+(`--tp-comm-overlap-cfg`) with each GEMM's overlap method and split count
+taken from the plan.
+
+Key names: NVIDIA/Megatron-LM `megatron/training/arguments.py` at commit
+000c4ac2 (groups network size, training, distributed, mixed precision);
+`--sequence-parallel`, `--seq-length`, `--tp-comm-overlap` and
+`--tp-comm-overlap-cfg` as declared in that file's earlier versions.
+Userbuffers keys, GEMM names and methods: NVIDIA/TransformerEngine
+`transformer_engine/pytorch/module/base.py` `initialize_ub` at commit
+fecb10bd: GEMMs `{qkv,proj,fc1,fc2}_{fprop,dgrad,wgrad}`, methods
+`ring_exchange`, `pipeline` (reduce-scatter only) and `bulk`, and
+`num_splits` for `pipeline` (ring exchange always runs `tp_size` steps).
+
+Mapping: Megatron's column-parallel layers (QKV, FC1) all-gather their
+input in the forward GEMM and reduce-scatter in the data-gradient GEMM; the
+row-parallel ones (output projection, FC2) reduce-scatter forward and
+all-gather for the data gradient. A planned GEMM whose collective matches
+gets `ring_exchange` (all-gather) or `pipeline` with `num_splits = S`
+(reduce-scatter); any other choice is listed as not expressed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from autotune.formats.export import (
+    NO_OPTIMIZER_SHARDING,
+    NO_RECOMPUTE,
+    Export,
+    ExportFile,
+    Notes,
+    commented,
+    finish,
+    header_lines,
+    needs_1d,
+)
+from autotune.formats.plan_view import PlanView, gemm, tp_collectives
+from autotune.plan.schema import GemmDoc
+from autotune.specs.model import FfnKind
+
+KEYS_FROM = (
+    "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac2; NVIDIA/TransformerEngine "
+    "transformer_engine/pytorch/module/base.py initialize_ub @ fecb10bd"
+)
+ARGS_FILE = "megatron_args.sh"
+UB_FILE = "tp_comm_overlap_cfg.yaml"
+
+# meshtune layer -> Transformer Engine GEMM prefix; column- or row-parallel.
+TE_NAMES = {"qkv": "qkv", "attn_out": "proj", "ffn_up": "fc1", "ffn_down": "fc2"}
+COLUMN_PARALLEL = ("qkv", "fc1")
+# (TE prefix kind, pass) -> the collective Megatron overlaps with that GEMM.
+_EXPECTED = {
+    ("column", "forward"): "all_gather",
+    ("column", "backward_data"): "reduce_scatter",
+    ("row", "forward"): "reduce_scatter",
+    ("row", "backward_data"): "all_gather",
+}
+_SUFFIX = {"forward": "fprop", "backward_data": "dgrad", "backward_weight": "wgrad"}
+
+
+def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
+    t, m = view.training, view.model
+    tp = view.tensor_parallel
+    args: list[tuple[str, object]] = [
+        ("--tensor-model-parallel-size", tp),
+        ("--pipeline-model-parallel-size", t.pipeline_parallel),
+        ("--micro-batch-size", t.micro_batch_sequences),
+        ("--global-batch-size", t.global_batch_sequences),
+        ("--seq-length", t.sequence_length),
+        ("--max-position-embeddings", t.sequence_length),
+        ("--num-layers", m.num_layers),
+        ("--hidden-size", m.hidden_size),
+        ("--ffn-hidden-size", m.ffn_size),
+        ("--num-attention-heads", m.num_heads),
+    ]
+    if m.attention_width != m.hidden_size:
+        args.append(("--kv-channels", m.head_dim))
+    if m.kv_heads != m.num_heads:
+        args += [("--group-query-attention", None), ("--num-query-groups", m.kv_heads)]
+    if m.ffn_kind is FfnKind.SWIGLU:
+        args.append(("--swiglu", None))
+    if m.tied_embeddings is False:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    elif m.tied_embeddings is None:
+        notes.assume("embeddings tied (Megatron's default): the plan's model does not say")
+    if t.dtype.value in ("bf16", "fp16"):
+        args.append((f"--{t.dtype.value}", None))
+    elif t.dtype.value == "fp8":
+        notes.drop("dtype fp8: choose Transformer Engine's FP8 recipe flags yourself")
+    if tp > 1:
+        args += [
+            ("--sequence-parallel", None),
+            ("--tp-comm-overlap", None),
+            ("--tp-comm-overlap-cfg", UB_FILE),
+        ]
+        notes.assume(
+            "sequence parallelism on: the plan shards every activation over the "
+            "tensor-parallel chips, and userbuffers overlap requires it"
+        )
+    notes.assume(
+        f"no virtual pipeline (interleaving): the plan has {t.pipeline_parallel} stage(s) of "
+        "one chunk each"
+    )
+    notes.assume(NO_RECOMPUTE + "; no --recompute-* flags")
+    notes.assume(NO_OPTIMIZER_SHARDING + "; no --use-distributed-optimizer")
+    notes.assume(
+        f"data parallel {t.data_parallel} = world size / (TP x PP): launch {view.total_chips} GPUs"
+    )
+    notes.assume("max position embeddings = sequence length")
+    return args
+
+
+def _overlap(view: PlanView, notes: Notes) -> dict[str, dict[str, object]]:
+    tp = view.tensor_parallel
+    cfg: dict[str, dict[str, object]] = {}
+    gate, up = view.layer("ffn_gate"), view.layer("ffn_up")
+    if gate is not None and up is not None:
+        for g_gate, g_up in zip(gate.gemms, up.gemms, strict=True):
+            if (g_gate.dataflow, g_gate.num_slices) != (g_up.dataflow, g_up.num_slices):
+                notes.drop(
+                    f"ffn_gate {g_gate.gemm_pass}: {g_gate.dataflow} with S = "
+                    f"{g_gate.num_slices}; Megatron fuses gate and up into fc1, written with "
+                    f"ffn_up's {g_up.dataflow}, S = {g_up.num_slices}"
+                )
+    for name, te, kind, g in _planned_gemms(view):
+        key = f"{te}_{_SUFFIX[g.gemm_pass]}"
+        if g.gemm_pass == "backward_weight":
+            why = (
+                "Transformer Engine overlaps its input all-gather in bulk, without splits"
+                if kind == "column"
+                else "Megatron reuses the data-gradient GEMM's gathered gradient, so it "
+                "has no collective to split"
+            )
+            notes.drop(f"{name} backward_weight S = {g.num_slices} ({key}): {why}")
+            continue
+        mismatch = layout_mismatch(name, kind, g)
+        if mismatch:
+            notes.drop(f"{mismatch} ({key}); left at Transformer Engine's default")
+            continue
+        if _EXPECTED[(kind, g.gemm_pass)] == "all_gather":
+            cfg[key] = {"method": "ring_exchange"}
+            if g.num_slices != tp:
+                notes.drop(
+                    f"{name} {g.gemm_pass} S = {g.num_slices} ({key}): ring_exchange "
+                    f"all-gather overlap always runs tp_size = {tp} steps"
+                )
+        else:
+            cfg[key] = {"method": "pipeline", "num_splits": g.num_slices}
+    return cfg
+
+
+def _planned_gemms(view: PlanView) -> Iterator[tuple[str, str, str, GemmDoc]]:
+    """(layer name, TE prefix, column/row, GEMM) in model order."""
+    for name, te in TE_NAMES.items():
+        layer = view.layer(name)
+        if layer is None:
+            continue
+        kind = "column" if te in COLUMN_PARALLEL else "row"
+        for gemm_pass in ("forward", "backward_data", "backward_weight"):
+            g = gemm(layer, gemm_pass)
+            if g is not None:
+                yield name, te, kind, g
+
+
+def layout_mismatch(name: str, kind: str, g: GemmDoc) -> str | None:
+    """Why a forward or data-gradient GEMM's planned collective is not the
+    one Megatron-style tensor parallelism runs for it (None if it is)."""
+    ops = tp_collectives(g)
+    expected = _EXPECTED[(kind, g.gemm_pass)]
+    if ops == {expected}:
+        return None
+    shown = ", ".join(sorted(ops)) or "no collective"
+    return (
+        f"{name} {g.gemm_pass}: the plan's {g.dataflow} runs {shown}, a {kind}-parallel "
+        f"layer runs {expected}"
+    )
+
+
+def mismatches(view: PlanView) -> list[str]:
+    """Every forward and data-gradient GEMM whose collective differs from
+    Megatron-style (column/row-parallel) tensor parallelism."""
+    out = []
+    for name, _, kind, g in _planned_gemms(view):
+        if g.gemm_pass != "backward_weight":
+            why = layout_mismatch(name, kind, g)
+            if why:
+                out.append(why)
+    return out
+
+
+def _ub_yaml(cfg: dict[str, dict[str, object]]) -> str:
+    lines = []
+    for key, settings in cfg.items():
+        lines.append(f"{key}:\n")
+        lines += [f"  {k}: {v}\n" for k, v in settings.items()]
+    return "".join(lines)
+
+
+def export_megatron(view: PlanView) -> Export:
+    """megatron_args.sh and, with tensor parallelism, tp_comm_overlap_cfg.yaml."""
+    needs_1d(view, "megatron", "Megatron-LM")
+    notes = Notes()
+    args = _args(view, notes)
+    cfg = _overlap(view, notes) if view.tensor_parallel > 1 else {}
+    head = commented(header_lines(view, "megatron", KEYS_FROM, notes))
+    body = "MEGATRON_ARGS=(\n"
+    for flag, value in args:
+        body += f"  {flag}\n" if value is None else f"  {flag} {value}\n"
+    body += ")\n"
+    usage = (
+        '# use: torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer and '
+        "optimizer arguments>\n"
+    )
+    files = [ExportFile(ARGS_FILE, "#!/usr/bin/env bash\n" + head + usage + body)]
+    if cfg:
+        files.append(ExportFile(UB_FILE, head + _ub_yaml(cfg)))
+    return finish("megatron", files, notes)

@@ -1,0 +1,125 @@
+"""Time of one transformer block's FC layers on one tensor mesh, cached per
+(mesh, tokens): the search prices tens of thousands of candidates but only a
+few hundred distinct (mesh, micro-batch) pairs, so the per-GEMM slice-count
+search of MeshSlice runs once per pair and GEMM, not once per candidate.
+
+- `1 x t` meshes are Megatron 1D tensor parallelism with sequence
+  parallelism (Korthikanti et al. 2022 section 4.2.2): per block, forward
+  all-gathers the input of the QKV and first FFN GEMMs and reduce-scatters
+  the outputs of the projection and last FFN GEMM (4 ring collectives of the
+  `T x h` activation); backward issues twice as many (column-parallel
+  layers reduce-scatter the data gradient and all-gather their input again
+  for the weight gradient, row-parallel ones all-gather the output gradient
+  for both GEMMs: Table 1's Y- and X-stationary rows, as the whole-step
+  model's `megatron_fc` and cost_models.baselines.one_d price them). The
+  collectives block, so their time adds to the GEMMs'.
+- `r x c` meshes with `r, c > 1` are MeshSlice (cost_models.meshslice): every
+  GEMM's forward (OS), backward-data (LS) and backward-weight (RS) at its best
+  valid slice count, on the links the hardware layer places each mesh axis
+  on (both axes inside one switched node share its egress; an axis that
+  leaves the node runs on the NIC rails; hardware.md section 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from autotune.hardware.calibration import comm_model_for, compute_model_for
+from autotune.hardware.placement import place_mesh
+from autotune.job.cluster_view import JobHardware
+from autotune.specs.model import FfnKind, ModelSpec
+from cost_models.meshslice import Dataflow, meshslice_times, valid_slice_counts
+from cost_models.types import MeshShape
+
+# MeshSlice slicing block: 128 x 8 tiles (TPU) and 8-wide GEMM tiles on GPUs
+# alike keep slice widths a multiple of 8 elements.
+SLICE_BLOCK = 8
+MAX_SLICES = 32
+
+
+@dataclass(frozen=True)
+class FcTimes:
+    """Seconds per block and micro-batch on one chip: forward and backward
+    (data + weight) totals, and the part of each that is communication not
+    hidden behind compute."""
+
+    forward_s: float
+    backward_s: float
+    forward_comm_s: float
+    backward_comm_s: float
+
+
+def fc_gemms(model: ModelSpec) -> list[tuple[int, int]]:
+    """(in, out) widths of the block's FC GEMMs: QKV (grouped KV heads
+    narrower), attention projection, FFN up (gate and up fused for SwiGLU)
+    and down."""
+    h, d = model.hidden_size, model.head_dim
+    qkv = (model.num_heads + 2 * model.kv_heads) * d
+    up = model.ffn_size * (2 if model.ffn_kind is FfnKind.SWIGLU else 1)
+    return [(h, qkv), (model.attention_width, h), (h, up), (model.ffn_size, h)]
+
+
+def ring_s(total_bytes: float, size: int, link: tuple[float, float, float]) -> float:
+    """Ring all-gather or reduce-scatter of a `total_bytes` tensor over
+    `size` chips on `link` = (bytes/s, launch s, per-step s):
+    `launch + (size - 1) * (step + total_bytes / size / bw)`."""
+    if size <= 1:
+        return 0.0
+    bw, launch, step = link
+    return launch + (size - 1) * (step + total_bytes / size / bw)
+
+
+def _best_meshslice(
+    dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape, hw: JobHardware, el: int
+) -> tuple[float, float]:
+    """(total, compute) seconds at the fastest valid slice count; inf when
+    the GEMM does not shard evenly over the mesh. Links and compute come
+    from the hardware layer: the mesh placed on the cluster (axes sharing a
+    switch share its bandwidth) and the calibration's roofline GEMM."""
+    counts = valid_slice_counts(dataflow, m, n, k, mesh, SLICE_BLOCK, MAX_SLICES)
+    if not counts or hw.cluster is None or hw.calibration is None:
+        return math.inf, math.inf
+    comm = comm_model_for(hw.calibration, place_mesh(hw.cluster, mesh))
+    compute = compute_model_for(hw.calibration, hw.cluster, hw.dtype, el)
+    t = meshslice_times(
+        dataflow,
+        m,
+        n,
+        k,
+        mesh,
+        counts,
+        el,
+        comm,
+        compute,
+        overlap_slowdown=hw.overlap_slowdown,
+    )
+    best = int(np.argmin(t["total_s"]))
+    return float(t["total_s"][best]), float(t["compute_s"][best])
+
+
+@lru_cache(maxsize=4096)
+def fc_times(
+    model: ModelSpec, hw: JobHardware, rows: int, cols: int, tokens: int, element_bytes: int
+) -> FcTimes:
+    """FC time of one block for `tokens` tokens per micro-batch (see module
+    docstring); inf when the mesh cannot shard the block's GEMMs."""
+    gemms = fc_gemms(model)
+    t = rows * cols
+    rate = hw.peak_flops_per_s * hw.gemm_efficiency
+    if rows == 1:
+        flops = sum(2.0 * tokens * i * o for i, o in gemms) / t
+        comm = 4 * ring_s(tokens * model.hidden_size * element_bytes, t, hw.group_link(1, t))
+        return FcTimes(flops / rate + comm, 2 * (flops / rate + comm), comm, 2 * comm)
+    mesh = MeshShape(rows, cols)
+    fwd = fwd_c = bwd = bwd_c = 0.0
+    for i, o in gemms:
+        tot, comp = _best_meshslice(Dataflow.OS, tokens, o, i, mesh, hw, element_bytes)
+        fwd, fwd_c = fwd + tot, fwd_c + comp
+        for flow, mnk in ((Dataflow.LS, (tokens, i, o)), (Dataflow.RS, (i, o, tokens))):
+            tot, comp = _best_meshslice(flow, *mnk, mesh, hw, element_bytes)
+            bwd, bwd_c = bwd + tot, bwd_c + comp
+    return FcTimes(fwd, bwd, max(fwd - fwd_c, 0.0), max(bwd - bwd_c, 0.0))

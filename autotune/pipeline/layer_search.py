@@ -1,0 +1,338 @@
+"""A feasible plan first, then a better one: repair, layer moves, polish.
+
+Why: the MILP is only as fast as the plan it starts from, and when no even
+split fits the cap it used to start from nothing. Three deterministic steps,
+each bounded by a count of moves (not by the clock, so the same problem gives
+the same plan on any machine):
+
+- `repair`: while some stage cannot fit even with every layer on its most
+  memory-saving option, move one layer off the worst stage to a neighbouring
+  chunk (model order is kept: the last layer of chunk c to chunk c+1, or the
+  first to c-1), choosing the move that leaves the receiving stage the most
+  room. Then the recomputation search (search.py) picks the options.
+- `improve_layers`: hill-climbing over the same one-layer boundary moves;
+  after a move only the two stages involved re-choose their recomputation
+  (every other stage keeps its choice), and a move is kept when the
+  simulated step drops (ties: the rule below).
+- `polish`: with the layers fixed, each stage in turn takes the candidate
+  with the least recomputation that does not lengthen the step.
+
+Tie-break rule for plans with the same step time (within 1e-9 relative):
+least total recomputation seconds, then the most even layers (least sum of
+squared layers per stage), then the smaller counts in model order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy
+
+from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.problem import Problem, Schedule
+from autotune.pipeline.search import (
+    _stage_candidates,
+    local_search,
+    makespans_s,
+    schedule_graph,
+)
+from autotune.pipeline.simulator import simulate
+
+MAX_REPAIR_MOVES = 2000
+MAX_LAYER_MOVES = 300
+REL_TIE = 1e-9
+
+
+def tie_key(problem: Problem, a: Assignment) -> tuple:
+    """Sort key of the tie-break rule among equally fast plans (smaller is
+    better): total recomputation seconds per micro-batch, the sum of squared
+    layers per stage, then the counts in model order."""
+    recompute = sum(
+        g.backward_s * problem.options[o].backward_time_coef * n
+        for c in range(problem.num_virtual)
+        for gi, g in enumerate(problem.groups)
+        for o, n in enumerate(a.counts[c][gi])
+    )
+    pp = problem.num_stages
+    per_stage = [
+        sum(a.layers_in_chunk(c) for c in range(s, problem.num_virtual, pp)) for s in range(pp)
+    ]
+    return (round(recompute, 12), sum(x * x for x in per_stage), a.counts)
+
+
+def better(
+    problem: Problem, a: Assignment, a_step: float, b: Assignment | None, b_step: float
+) -> bool:
+    """True when plan a beats plan b (None = no plan): a shorter step beyond
+    the tie tolerance, else the tie-break rule."""
+    if b is None:
+        return True
+    if a_step < b_step * (1 - REL_TIE):
+        return True
+    if a_step > b_step * (1 + REL_TIE):
+        return False
+    return tie_key(problem, a) < tie_key(problem, b)
+
+
+def _least_act(problem: Problem) -> list[float]:
+    return [min(a for a in g.activation_bytes if a is not None) for g in problem.groups]
+
+
+def _static(problem: Problem, layers: list[list[int]], stage: int) -> float:
+    pp = problem.num_stages
+    total = problem.constant_bytes
+    total += problem.head.memory_bytes if stage == 0 else 0.0
+    total += problem.tail.memory_bytes if stage == pp - 1 else 0.0
+    for c in range(stage, problem.num_virtual, pp):
+        total += sum(g.parameter_bytes * layers[c][i] for i, g in enumerate(problem.groups))
+    return total
+
+
+def least_peak_bytes(problem: Problem, layers: list[list[int]], stage: int) -> float:
+    """A stage's peak memory with every layer on its most memory-saving
+    option: below the cap for some choice of options iff this is."""
+    least = _least_act(problem)
+    pp = problem.num_stages
+    acts = [
+        sum(least[i] * layers[c][i] for i in range(len(problem.groups)))
+        for c in range(stage, problem.num_virtual, pp)
+    ]
+    peak = max(
+        sum(k * a for k, a in zip(vec, acts, strict=True)) for vec in alive_vectors(problem)[stage]
+    )
+    return _static(problem, layers, stage) + peak
+
+
+def _moves(problem: Problem, layers: list[list[int]], chunk: int):
+    """Layouts with one layer moved out of `chunk` to a neighbour chunk."""
+    low = problem.min_layers_per_chunk
+    if sum(layers[chunk]) <= low:
+        return
+    if chunk + 1 < problem.num_virtual:
+        g = max(i for i, n in enumerate(layers[chunk]) if n)
+        new = [list(r) for r in layers]
+        new[chunk][g] -= 1
+        new[chunk + 1][g] += 1
+        yield chunk + 1, new
+    if chunk > 0:
+        g = min(i for i, n in enumerate(layers[chunk]) if n)
+        new = [list(r) for r in layers]
+        new[chunk][g] -= 1
+        new[chunk - 1][g] += 1
+        yield chunk - 1, new
+
+
+def repair(problem: Problem, layers: list[list[int]]) -> list[list[int]] | None:
+    """Layer counts every stage can fit (each on its least-memory options),
+    reached from `layers` by one-layer moves; None when the moves stall."""
+    pp, cap = problem.num_stages, problem.memory_cap_bytes * (1 + 1e-9)
+    layers = [list(r) for r in layers]
+    seen = {tuple(map(tuple, layers))}
+    for _ in range(MAX_REPAIR_MOVES):
+        peaks = [least_peak_bytes(problem, layers, s) for s in range(pp)]
+        worst = max(range(pp), key=lambda s: (peaks[s] - cap, -s))
+        if peaks[worst] <= cap:
+            return layers
+        best = None
+        for c in range(worst, problem.num_virtual, pp):
+            for target, new in _moves(problem, layers, c):
+                key = tuple(map(tuple, new))
+                if key in seen:
+                    continue
+                t = target % pp
+                room = cap - least_peak_bytes(problem, new, t)
+                score = (min(room, cap - least_peak_bytes(problem, new, worst)), room, -target)
+                if best is None or score > best[0]:
+                    best = (score, new, key)
+        if best is None:
+            return None
+        layers = best[1]
+        seen.add(best[2])
+    return None
+
+
+@dataclass
+class _State:
+    layers: list[list[int]]
+    cands: list
+    choice: list[int]
+
+
+class _Evaluator:
+    """Per-stage recomputation candidates (cached by the stage's layers) and
+    the vectorised step time of a layout with given choices."""
+
+    def __init__(self, problem: Problem):
+        self.p = problem
+        self.graph = schedule_graph(
+            problem.num_stages,
+            problem.num_chunks,
+            problem.num_micro_batches,
+            problem.schedule is Schedule.INTERLEAVED,
+        )
+        self.cache: dict = {}
+
+    def candidates(self, layers: list[list[int]], stage: int):
+        pp = self.p.num_stages
+        key = (stage, tuple(tuple(layers[c]) for c in range(stage, self.p.num_virtual, pp)))
+        if key not in self.cache:
+            self.cache[key] = _stage_candidates(self.p, layers, stage)
+        return self.cache[key]
+
+    def durations(self, layers, cands, choice) -> numpy.ndarray:
+        p, num, pp = self.p, self.p.num_virtual, self.p.num_stages
+        d = numpy.zeros(2 * num)
+        for c in range(num):
+            for g, grp in enumerate(p.groups):
+                d[c] += grp.forward_s * layers[c][g]
+                d[num + c] += grp.backward_s * layers[c][g]
+        d[0] += p.head.forward_s
+        d[num] += p.head.backward_s
+        d[num - 1] += p.tail.forward_s
+        d[2 * num - 1] += p.tail.backward_s
+        for s in range(pp):
+            r = cands[s][0][choice[s]]
+            for k, c in enumerate(range(s, num, pp)):
+                d[num + c] += r[k]
+        return d
+
+    def reoptimise(self, layers, cands, choice, stages) -> tuple[list[int], float]:
+        """Each stage in `stages` takes its best candidate (others held),
+        twice over; returns the choice and its step time."""
+        num, pp = self.p.num_virtual, self.p.num_stages
+        choice = list(choice)
+        base = self.durations(layers, cands, choice)
+        for _ in range(2):
+            for s in stages:
+                r = cands[s][0]
+                trial = numpy.repeat(base[None, :], len(r), axis=0)
+                for k, c in enumerate(range(s, num, pp)):
+                    trial[:, num + c] += r[:, k] - r[choice[s], k]
+                steps = makespans_s(self.graph, trial)
+                best = int(numpy.argmin(steps + 1e-12 * r.sum(axis=1)))
+                if steps[best] < steps[choice[s]] * (1 - REL_TIE) or (
+                    steps[best] <= steps[choice[s]] * (1 + REL_TIE)
+                    and r[best].sum() < r[choice[s]].sum()
+                ):
+                    choice[s] = best
+                    base = trial[best]
+        return choice, float(makespans_s(self.graph, base[None, :])[0])
+
+    def plan(self, cands, choice) -> Assignment:
+        pp, num = self.p.num_stages, self.p.num_virtual
+        counts: list = [None] * num
+        for s in range(pp):
+            for k, c in enumerate(range(s, num, pp)):
+                counts[c] = cands[s][1][choice[s]][k]
+        return Assignment(tuple(counts))
+
+
+def _choice_of(ev: _Evaluator, layers, a: Assignment) -> tuple[list, list[int]] | None:
+    """Candidates of every stage and the index of `a`'s choice in each."""
+    pp, num = ev.p.num_stages, ev.p.num_virtual
+    cands, choice = [], []
+    for s in range(pp):
+        found = ev.candidates(layers, s)
+        if found is None:
+            return None
+        mine = tuple(a.counts[c] for c in range(s, num, pp))
+        try:
+            choice.append(found[1].index(mine))
+        except ValueError:
+            choice.append(0)
+        cands.append(found)
+    return cands, choice
+
+
+def improve_layers(
+    problem: Problem,
+    start: Assignment,
+    max_moves: int = MAX_LAYER_MOVES,
+    deadline_s: float | None = None,
+) -> Assignment:
+    """Hill-climb over one-layer boundary moves from `start` (which fits);
+    at most `max_moves` layouts are evaluated, and none after `deadline_s`
+    (time.perf_counter(); the wall-clock limit, which only a run that hits
+    it makes load-dependent); never worse than `start`."""
+    ev = _Evaluator(problem)
+    pp, num = problem.num_stages, problem.num_virtual
+    layers = [[start.group_layers(c, g) for g in range(len(problem.groups))] for c in range(num)]
+    found = _choice_of(ev, layers, start)
+    if found is None:
+        return start
+    cands, choice = found
+    choice, step = ev.reoptimise(layers, cands, choice, range(pp))
+    best = ev.plan(cands, choice)
+    best_step = simulate(problem, best).makespan_s
+    if not better(problem, best, best_step, start, simulate(problem, start).makespan_s):
+        best, best_step = start, simulate(problem, start).makespan_s
+        found = _choice_of(ev, layers, start)
+        cands, choice = found
+    # Chunks are visited cyclically from where the last kept move was made,
+    # and the climb ends after a full cycle without a kept move (or the
+    # budget): no evaluation is spent re-checking moves that just failed.
+    evaluated, since_kept, c = 0, 0, 0
+    while since_kept < num and evaluated < max_moves:
+        if deadline_s is not None and time.perf_counter() > deadline_s:
+            break
+        kept = False
+        for target, new in _moves(problem, layers, c):
+            evaluated += 1
+            stages = sorted({c % pp, target % pp})
+            new_cands = list(cands)
+            for s in stages:
+                new_cands[s] = ev.candidates(new, s)
+            if any(new_cands[s] is None for s in stages):
+                continue
+            new_choice = [0 if s in stages else choice[s] for s in range(pp)]
+            new_choice, step = ev.reoptimise(new, new_cands, new_choice, stages)
+            if step < best_step * (1 - REL_TIE):
+                plan = ev.plan(new_cands, new_choice)
+                layers, cands, choice = new, new_cands, new_choice
+                best, best_step = plan, simulate(problem, plan).makespan_s
+                kept = True
+                break
+        since_kept = 0 if kept else since_kept + 1
+        if not kept:
+            c = (c + 1) % num
+    return best
+
+
+def polish(problem: Problem, a: Assignment) -> Assignment:
+    """Least recomputation for `a`'s layers without a longer step: each
+    stage, in order, takes its candidate with the least total recomputation
+    whose step is no longer than the current one."""
+    ev = _Evaluator(problem)
+    pp, num = problem.num_stages, problem.num_virtual
+    layers = [[a.group_layers(c, g) for g in range(len(problem.groups))] for c in range(num)]
+    found = _choice_of(ev, layers, a)
+    if found is None:
+        return a
+    cands, choice = found
+    if ev.plan(cands, choice) != a:
+        return a
+    base = ev.durations(layers, cands, choice)
+    step = float(makespans_s(ev.graph, base[None, :])[0])
+    for s in range(pp):
+        r = cands[s][0]
+        trial = numpy.repeat(base[None, :], len(r), axis=0)
+        for k, c in enumerate(range(s, num, pp)):
+            trial[:, num + c] += r[:, k] - r[choice[s], k]
+        steps = makespans_s(ev.graph, trial)
+        ok = numpy.flatnonzero(steps <= step * (1 + 1e-12))
+        best = int(ok[numpy.argmin(r[ok].sum(axis=1))])
+        if r[best].sum() < r[choice[s]].sum() * (1 - 1e-12):
+            choice[s] = best
+            base = trial[best]
+            step = float(steps[best])
+    return ev.plan(cands, choice)
+
+
+def feasible_start(problem: Problem, layers: list[list[int]]) -> Assignment | None:
+    """Repair `layers` until every stage can fit, then choose recomputation
+    (search.py); None when the repair stalls."""
+    fixed = repair(problem, layers)
+    if fixed is None:
+        return None
+    return local_search(problem, fixed)

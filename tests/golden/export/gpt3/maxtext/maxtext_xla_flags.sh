@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# meshtune export --to maxtext, from plan_gpt3.json (meshtune.plan/1, meshtune 0.1.0)
+# gpt3-175b: 32 x 8 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es), 256 chips
+# key names: AI-Hypercomputer/maxtext src/MaxText/configs/base.yml @ 09d2025b
+# assumed: one ICI domain (all dcn_* = 1); on several slices move data_parallel to dcn_data_parallelism
+# assumed: remat_policy 'minimal' (matmul outputs kept): the plan's step time runs each FC GEMM once
+# assumed: optimizer sharding (ZeRO) left at the target's default: the plan does not choose it
+# not expressed: qkv: Y-stationary dataflow and slice counts S = 4/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# not expressed: attn_out: X-stationary dataflow and slice counts S = 6/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# not expressed: ffn_up: Y-stationary dataflow and slice counts S = 6/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# not expressed: ffn_down: X-stationary dataflow and slice counts S = 6/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# Collective matmul (XLA's windowed einsum) overlaps each GEMM with its
+# all-gather / reduce-scatter, as the plan's slice counts S > 1 do.
+# TPU (libtpu):
+export LIBTPU_INIT_ARGS="${LIBTPU_INIT_ARGS:-} --xla_tpu_enable_windowed_einsum_for_all_gather=true --xla_tpu_enable_windowed_einsum_for_reduce_scatter=true"
+# GPU:
+export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_multi_streamed_windowed_einsum=true --xla_gpu_threshold_for_windowed_einsum_mib=0"

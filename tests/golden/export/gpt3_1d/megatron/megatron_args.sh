@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# meshtune export --to megatron, from plan_gpt3_1d_tp8.json (meshtune.plan/1, meshtune 0.1.0)
+# gpt3-175b: 1 x 8 tensor-parallel mesh, data parallel 4, pipeline parallel 8, 8 micro-batch(es), 256 chips
+# key names: NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac2; NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py initialize_ub @ fecb10bd
+# assumed: embeddings tied (Megatron's default): the plan's model does not say
+# assumed: sequence parallelism on: the plan shards every activation over the tensor-parallel chips, and userbuffers overlap requires it
+# assumed: no virtual pipeline (interleaving): the plan has 8 stage(s) of one chunk each
+# assumed: recomputation off: the plan's step time runs each FC GEMM once (no recomputation); no --recompute-* flags
+# assumed: optimizer sharding (ZeRO) left at the target's default: the plan does not choose it; no --use-distributed-optimizer
+# assumed: data parallel 4 = world size / (TP x PP): launch 256 GPUs
+# assumed: max position embeddings = sequence length
+# not expressed: qkv forward S = 12 (qkv_fprop): ring_exchange all-gather overlap always runs tp_size = 8 steps
+# not expressed: qkv backward_weight S = 12 (qkv_wgrad): Transformer Engine overlaps its input all-gather in bulk, without splits
+# not expressed: attn_out backward_data S = 4 (proj_dgrad): ring_exchange all-gather overlap always runs tp_size = 8 steps
+# not expressed: attn_out backward_weight S = 4 (proj_wgrad): Megatron reuses the data-gradient GEMM's gathered gradient, so it has no collective to split
+# not expressed: ffn_up forward S = 24 (fc1_fprop): ring_exchange all-gather overlap always runs tp_size = 8 steps
+# not expressed: ffn_up backward_weight S = 24 (fc1_wgrad): Transformer Engine overlaps its input all-gather in bulk, without splits
+# not expressed: ffn_down backward_data S = 24 (fc2_dgrad): ring_exchange all-gather overlap always runs tp_size = 8 steps
+# not expressed: ffn_down backward_weight S = 24 (fc2_wgrad): Megatron reuses the data-gradient GEMM's gathered gradient, so it has no collective to split
+# use: torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer and optimizer arguments>
+MEGATRON_ARGS=(
+  --tensor-model-parallel-size 8
+  --pipeline-model-parallel-size 8
+  --micro-batch-size 2
+  --global-batch-size 64
+  --seq-length 2048
+  --max-position-embeddings 2048
+  --num-layers 96
+  --hidden-size 12288
+  --ffn-hidden-size 49152
+  --num-attention-heads 96
+  --bf16
+  --sequence-parallel
+  --tp-comm-overlap
+  --tp-comm-overlap-cfg tp_comm_overlap_cfg.yaml
+)

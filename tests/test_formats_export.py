@@ -1,0 +1,401 @@
+"""`meshtune export`: golden files for the bundled GPT-3 plan (2D) and a 1D
+plan, each target's output checked against the key set of the target's
+source at a cited version (tests/fixtures/formats/README.md), the JAX module
+run on 8 virtual CPU devices against a plain matmul, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.formats.export import TARGETS, export_plan
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden" / "export"
+FIXTURES = REPO / "tests" / "fixtures" / "formats"
+UPDATE = os.environ.get("MESHTUNE_UPDATE_GOLDEN") == "1"
+PLAN_2D = REPO / "tests" / "golden" / "plan_gpt3.json"  # the bundled GPT-3 plan, 32 x 8
+PLAN_1D = FIXTURES / "plan_gpt3_1d_tp8.json"  # dp 4 x pp 8 x tp 1 x 8
+
+
+def _meshtune(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-c", "from autotune.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def _fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+# -- golden files ---------------------------------------------------------------
+
+CASES = [
+    ("gpt3", PLAN_2D, "jax"),
+    ("gpt3", PLAN_2D, "maxtext"),
+    ("gpt3", PLAN_2D, "mindformers"),
+    ("gpt3", PLAN_2D, "megatron"),  # refused: 2D
+    ("gpt3", PLAN_2D, "torchtitan"),  # refused: 2D
+    ("gpt3_1d", PLAN_1D, "megatron"),
+    ("gpt3_1d", PLAN_1D, "torchtitan"),
+    ("gpt3_1d", PLAN_1D, "mindformers"),
+    ("gpt3_1d", PLAN_1D, "maxtext"),
+]
+
+
+@pytest.mark.parametrize(("case", "plan", "target"), CASES, ids=[f"{c}-{t}" for c, _, t in CASES])
+def test_export_golden(tmp_path: Path, case: str, plan: Path, target: str) -> None:
+    out = tmp_path / "out"
+    # a path relative to the repository, as the golden stderr shows it
+    proc = _meshtune("export", str(plan.relative_to(REPO)), "--to", target, "--out", str(out))
+    folder = GOLDEN / case / target
+    if UPDATE:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        if proc.returncode == 0:
+            for f in out.iterdir():
+                shutil.copy(f, folder / f.name)
+        else:
+            (folder / "stderr.txt").write_text(proc.stderr)
+    if (folder / "stderr.txt").exists():
+        assert proc.returncode == 2
+        assert proc.stderr == (folder / "stderr.txt").read_text()
+        assert not out.exists(), "a refused export writes nothing"
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in folder.iterdir())
+    for expected in folder.iterdir():
+        assert (out / expected.name).read_text() == expected.read_text(), expected.name
+    # every not-expressed choice is on stderr, one line each, and in each file's header
+    result = export_plan(str(plan), target)
+    lines = [f"meshtune: not expressed in {target}: {line}" for line in result.not_expressed]
+    assert proc.stderr.splitlines() == lines
+    for f in result.files:
+        for line in result.not_expressed:
+            assert f"not expressed: {line}" in f.text
+
+
+def test_refusal_names_the_targets_that_can(tmp_path: Path) -> None:
+    proc = _meshtune("export", str(PLAN_2D), "--to", "megatron")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert "mesh: is a 2D mesh (32 x 8); Megatron-LM runs 1D tensor parallelism only" in line
+    assert "fix: export --to jax (or maxtext)" in line
+
+
+def test_print_without_out() -> None:
+    proc = _meshtune("export", str(PLAN_1D), "--to", "torchtitan")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("==> torchtitan.toml <==\n# meshtune export --to torchtitan")
+
+
+# -- key sets of the targets' sources ----------------------------------------------
+
+
+def test_maxtext_keys_in_base_yml() -> None:
+    """Against AI-Hypercomputer/maxtext base.yml @ 09d2025b."""
+    known = _fixture("maxtext-base-yml.json")
+    for plan in (PLAN_2D, PLAN_1D):
+        files = {f.name: f.text for f in export_plan(str(plan), "maxtext").files}
+        config = yaml.safe_load(files["maxtext.yml"])
+        assert config.pop("base_config") == "base.yml"
+        assert set(config) <= set(known["keys"]), set(config) - set(known["keys"])
+        assert config["remat_policy"] in known["remat_policy"]
+        assert config["dtype"] in known["dtype"]
+        mesh = json.loads(plan.read_text())["mesh"]
+        tp = config["ici_tensor_parallelism"] * config["ici_tensor_transpose_parallelism"]
+        assert tp == mesh["num_rows"] * mesh["num_cols"]
+    # the 2D plan: W of ffn_up is [row, col], so its embed (input) dim is on the 32 rows
+    config = yaml.safe_load(export_plan(str(PLAN_2D), "maxtext").files[0].text)
+    assert (config["ici_tensor_transpose_parallelism"], config["ici_tensor_parallelism"]) == (32, 8)
+    flags = export_plan(str(PLAN_2D), "maxtext").files[1].text
+    assert "--xla_tpu_enable_windowed_einsum_for_all_gather=true" in flags
+    assert "--xla_gpu_threshold_for_windowed_einsum_mib=0" in flags
+
+
+def _megatron_args(text: str) -> list[str]:
+    body = re.search(r"^MEGATRON_ARGS=\(\n(.*?)^\)$", text, re.S | re.M)
+    assert body, "no MEGATRON_ARGS array"
+    return body.group(1).split()
+
+
+def test_megatron_flags_in_arguments_py() -> None:
+    """Against NVIDIA/Megatron-LM arguments.py @ 000c4ac2."""
+    flags = _fixture("megatron-arguments.json")["flags"]
+    files = {f.name: f.text for f in export_plan(str(PLAN_1D), "megatron").files}
+    words = _megatron_args(files["megatron_args.sh"])
+    i = 0
+    seen = {}
+    while i < len(words):
+        flag = words[i]
+        assert flag in flags, flag
+        if flags[flag] == "flag":
+            seen[flag] = True
+            i += 1
+        else:
+            value = words[i + 1]
+            if flags[flag] == "int":
+                assert value.isdigit(), (flag, value)
+            seen[flag] = value
+            i += 2
+    plan = json.loads(PLAN_1D.read_text())
+    training = plan["inputs"]["training"]
+    assert seen["--tensor-model-parallel-size"] == "8"
+    assert seen["--pipeline-model-parallel-size"] == str(training["pipeline_parallel"])
+    # Megatron: global = micro * dp * micro-batches
+    micro = int(seen["--micro-batch-size"])
+    assert micro * training["data_parallel"] * training["micro_batches"] == int(
+        seen["--global-batch-size"]
+    )
+    assert seen["--tp-comm-overlap-cfg"] == "tp_comm_overlap_cfg.yaml"
+
+
+def test_userbuffers_yaml_against_initialize_ub() -> None:
+    """Against NVIDIA/TransformerEngine initialize_ub @ fecb10bd: GEMM names,
+    methods, keys; `pipeline` only on reduce-scatter GEMMs; a non-bulk dgrad
+    reduce-scatter forbids its wgrad entry (TE asserts it)."""
+    te = _fixture("te-initialize-ub.json")
+    names = {n for group in te["methods"].values() for n in group}
+    files = {f.name: f.text for f in export_plan(str(PLAN_1D), "megatron").files}
+    cfg = yaml.safe_load(files["tp_comm_overlap_cfg.yaml"])
+    reduce_scatter = set(te["layers_reduce_scatter_overlap"]) | set(
+        te["dgrad_reduce_scatter_overlap"]
+    )
+    for name, settings in cfg.items():
+        assert name in names, name
+        assert set(settings) <= set(te["config_keys"])
+        assert settings["method"] in te["methods"]
+        if settings["method"] == "pipeline":
+            assert name in reduce_scatter and settings["num_splits"] >= 1
+        if name in te["dgrad_reduce_scatter_overlap"] and settings["method"] != "bulk":
+            assert name.replace("dgrad", "wgrad") not in cfg
+    # split counts are the plan's S of the matching GEMMs
+    plan = json.loads(PLAN_1D.read_text())
+    s = {(lay["name"], g["pass"]): g["num_slices"] for lay in plan["layers"] for g in lay["gemms"]}
+    assert cfg["proj_fprop"]["num_splits"] == s[("attn_out", "forward")]
+    assert cfg["fc2_fprop"]["num_splits"] == s[("ffn_down", "forward")]
+    assert cfg["qkv_dgrad"]["num_splits"] == s[("qkv", "backward_data")]
+    assert cfg["fc1_dgrad"]["num_splits"] == s[("ffn_up", "backward_data")]
+
+
+_PRIMITIVES = {"int": int, "bool": bool, "str": str, "float": (int, float)}
+
+
+def _fits(value: object, annotation: str) -> bool:
+    """A TOML value against a job_config.py annotation (the kinds used)."""
+    for option in (a.strip() for a in annotation.split("|")):
+        if option.startswith("Literal["):
+            if value in [v.strip().strip("'\"") for v in option[8:-1].split(",")]:
+                return True
+        elif option.startswith("list["):
+            if isinstance(value, list) and all(_fits(v, option[5:-1]) for v in value):
+                return True
+        elif option in _PRIMITIVES:
+            if option != "bool" and isinstance(value, bool):
+                continue
+            if isinstance(value, _PRIMITIVES[option]):
+                return True
+    return False
+
+
+def test_torchtitan_toml_against_job_config() -> None:
+    """Against torchtitan 0.2.0 JobConfig: sections and fields exist (its
+    ConfigManager._dict_to_dataclass rejects unknown ones) and every value
+    fits the field's annotation."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    job = _fixture("torchtitan-0.2.0-job_config.json")
+    files = {f.name: f.text for f in export_plan(str(PLAN_1D), "torchtitan").files}
+    config = tomllib.loads(files["torchtitan.toml"])
+    for section, values in config.items():
+        assert section in job, section
+        for key, value in values.items():
+            assert key in job[section], f"{section}.{key}"
+            assert _fits(value, job[section][key]), (section, key, value, job[section][key])
+    p = config["parallelism"]
+    assert (
+        p["data_parallel_replicate_degree"]
+        * p["tensor_parallel_degree"]
+        * p["pipeline_parallel_degree"]
+        == 256
+    )
+    assert config["activation_checkpoint"]["mode"] == "none"
+    assert p["enable_async_tensor_parallel"] and config["compile"]["enable"]
+
+
+def test_mindformers_keys_and_lists() -> None:
+    """Against mindformers pretrain_llama2_70b.yaml @ 243b72b3; the offset and
+    recompute lists are `meshtune pipeline`'s for an even split."""
+    known = _fixture("mindformers-keys.json")
+    files = {f.name: f.text for f in export_plan(str(PLAN_1D), "mindformers").files}
+    config = yaml.safe_load(files["mindformers.yaml"])
+    assert set(config["parallel_config"]) <= set(known["parallel_config"])
+    assert set(config["recompute_config"]) <= set(known["recompute_config"])
+    model = config["model"]["model_config"]
+    assert set(model) <= set(known["model_config"])
+    assert model["compute_dtype"] in known["compute_dtype"]
+    par = config["parallel_config"]
+    assert par["data_parallel"] * par["model_parallel"] * par["pipeline_stage"] == 256
+    # 96 layers over 8 stages: 12 each, offsets 0; nothing recomputed
+    assert model["offset"] == [0] * 8
+    assert config["recompute_config"]["recompute"] == [0] * 8
+
+
+def test_mindformers_offsets_with_a_remainder(tmp_path: Path) -> None:
+    doc = json.loads(PLAN_1D.read_text())
+    doc["inputs"]["model"]["num_layers"] = 99  # 99 = 8 * 12 + 3: the last 3 stages take 13
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    config = yaml.safe_load(export_plan(str(plan), "mindformers").files[0].text)
+    assert config["model"]["model_config"]["offset"] == [0, 0, 0, 0, 0, 1, 1, 1]
+
+
+# -- the JAX module runs -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dataflow", ["cost", "always-w"])
+def test_jax_module_runs_on_8_cpu_devices(tmp_path: Path, dataflow: str) -> None:
+    pytest.importorskip("jax")
+    plan = tmp_path / "plan.json"
+    proc = _meshtune(
+        "plan", str(FIXTURES / "plan_small_2x4.yaml"), "--dataflow", dataflow, "--out", str(plan)
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(plan.read_text())
+    gemms = [g for lay in doc["layers"] for g in lay["gemms"]]
+    assert any(g["num_slices"] > 1 for g in gemms)
+    proc = _meshtune("export", str(plan), "--to", "jax", "--out", str(tmp_path / "jax"))
+    assert proc.returncode == 0, proc.stderr
+    module = tmp_path / "jax" / "meshslice_plan.py"
+    script = (
+        # the module asks for its devices before JAX loads, so import it first
+        "import json, runpy; ns = runpy.run_path(sys.argv[1]); import jax; "
+        "specs = {k: list(v.spec) for k, v in ns['shardings']('qkv').items()}; "
+        "print(json.dumps({'devices': len(jax.devices()), 'errors': ns['check'](), "
+        "'specs': specs}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys; " + script, str(module)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["devices"] >= 8
+    assert set(result["errors"]) == {lay["name"] for lay in doc["layers"]}
+    assert max(result["errors"].values()) < 1e-4, result
+    qkv = next(lay for lay in doc["layers"] if lay["name"] == "qkv")
+    for t in qkv["tensors"]:
+        assert result["specs"][t["name"]] == t["partition_spec"]
+    # and as a script: exit 0 and one line per layer
+    script_run = subprocess.run(
+        [sys.executable, str(module)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert script_run.returncode == 0, script_run.stderr
+    assert len(script_run.stdout.splitlines()) == len(doc["layers"])
+
+
+def test_jax_module_partition_specs_match_the_plan() -> None:
+    pytest.importorskip("jax")
+    text = export_plan(str(PLAN_2D), "jax").files[0].text
+    plan = json.loads(PLAN_2D.read_text())
+    for layer in plan["layers"]:
+        for t in layer["tensors"]:
+            spec = ", ".join(json.dumps(a) for a in t["partition_spec"])
+            assert f'"{t["name"]}": ({spec})' in text
+    assert "MESH_SHAPE = (32, 8)" in text and "BLOCK_SIZE = 8" in text
+
+
+# -- bad input ------------------------------------------------------------------------
+
+BAD = [
+    ("notjson.json", "{oops", "is not valid JSON"),
+    ("array.json", "[]", "must be a JSON object, but it is a list"),
+    ("other.json", json.dumps({"schema": "meshtune.compare/1"}),
+     "schema: got 'meshtune.compare/1'; is not a meshtune.plan/1 document"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), BAD, ids=[b[0] for b in BAD])
+def test_bad_plan_files_exit_2(tmp_path: Path, name: str, text: str, expected: str) -> None:
+    (tmp_path / name).write_text(text)
+    proc = _meshtune("export", str(tmp_path / name), "--to", "jax", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert expected in line and name in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("key", ["mesh", "layers", "inputs"])
+def test_missing_key_exits_2(tmp_path: Path, key: str) -> None:
+    doc = json.loads(PLAN_2D.read_text())
+    del doc[key]
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    proc = _meshtune("export", str(tmp_path / "plan.json"), "--to", "maxtext")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert f"plan.json: {key}: is required" in line
+
+
+def test_missing_nested_model_key_exits_2(tmp_path: Path) -> None:
+    doc = json.loads(PLAN_2D.read_text())
+    del doc["inputs"]["model"]["hidden_size"]
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    proc = _meshtune("export", str(tmp_path / "plan.json"), "--to", "maxtext")
+    assert proc.returncode == 2
+    assert "inputs.model.hidden_size: is required" in proc.stderr
+
+
+def test_targets_registered() -> None:
+    from autotune.cli import SUBCOMMANDS
+
+    assert SUBCOMMANDS["export"] == "autotune.cli.export:export"
+    assert set(TARGETS) == {"jax", "maxtext", "megatron", "torchtitan", "mindformers"}
+
+
+def test_jax_export_lists_planned_transposes(tmp_path: Path) -> None:
+    doc = json.loads(PLAN_2D.read_text())
+    doc["transposes"] = [{"where": "ffn_down -> residual", "rows": 262144, "cols": 12288}]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    result = export_plan(str(plan), "jax")
+    (line,) = [n for n in result.not_expressed if n.startswith("transpose at")]
+    assert "ffn_down -> residual (262144 x 12288" in line
+    assert f"not expressed: {line}" in result.files[0].text
+
+
+def test_hugging_face_model_through_plan_and_export(tmp_path: Path) -> None:
+    config = {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+        "vocab_size": 128256, "tie_word_embeddings": False,
+    }  # fmt: skip
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(config))
+    plan = tmp_path / "plan.json"
+    proc = _meshtune(
+        "plan", "examples/gpt3.yaml", "--model", str(tmp_path / "llama" / "config.json"),
+        "--out", str(plan),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    settings = yaml.safe_load(export_plan(str(plan), "maxtext").files[0].text)
+    assert settings["base_num_kv_heads"] == 8 and settings["base_mlp_dim"] == 14336
+    assert settings["mlp_activations"] == ["silu", "linear"]
+    assert settings["logits_via_embedding"] is False

@@ -1,0 +1,70 @@
+"""A small member of benchmarks/pipeline_robustness.py's family: at the
+tightest feasible cap (no even split fits) the balancer still returns a plan
+that fits, the same plan on a repeated run, and never "no plan" when the
+repair finds one; an impossible cap is proven infeasible (exit 1's case)."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+from autotune.pipeline.assignment import even_layer_split
+from autotune.pipeline.balance import balance, baselines
+from autotune.pipeline.layer_search import feasible_start, least_peak_bytes, repair
+from autotune.pipeline.problem import SolverSettings
+from autotune.pipeline.simulator import simulate
+
+_spec = importlib.util.spec_from_file_location(
+    "pipeline_robustness",
+    Path(__file__).resolve().parent.parent / "benchmarks" / "pipeline_robustness.py",
+)
+family = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(family)
+
+GIB = float(2**30)
+QUICK = SolverSettings(time_limit_s=4.0)
+
+
+def small(cap_factor: float):
+    """4 stages x 2 chunks, 8 micro-batches, 10 dense + 6 MoE layers."""
+    groups = (
+        family._group("dense", 10, 0.8, 0.3, 0.28),
+        family._group("moe", 6, 1.3, 0.9, 0.34),
+    )
+    p = family.instance("", 2, 8, 100 * GIB, stages=4, groups=groups)
+    return replace(p, memory_cap_bytes=family.tightest_cap_bytes(p) * cap_factor)
+
+
+def test_repair_meets_the_tightest_cap_where_no_even_split_fits():
+    p = small(1.0)
+    assert all(not b.fits for b in _evaluations(p))
+    layers = repair(p, even_layer_split(p))
+    assert layers is not None
+    assert all(least_peak_bytes(p, layers, s) <= p.memory_cap_bytes * (1 + 1e-9) for s in range(4))
+    plan = feasible_start(p, even_layer_split(p))
+    sim = simulate(p, plan)
+    assert max(sim.stage_peak_bytes) <= p.memory_cap_bytes * (1 + 1e-9)
+
+
+def _evaluations(p):
+    from autotune.pipeline.result import evaluate
+
+    return [evaluate(p, a, simulate(p, a), label) for label, a in baselines(p)]
+
+
+def test_tightest_cap_plans_and_repeats():
+    p = small(1.0)
+    first, second = balance(p, QUICK), balance(p, QUICK)
+    assert first.plan is not None and first.plan.fits
+    assert first.solver.first_plan_s is not None and first.solver.first_plan_s < 4.0
+    assert first.plan.assignment == second.plan.assignment
+    assert first.plan.step_time_s == second.plan.step_time_s
+
+
+def test_cap_below_every_plan_is_proven_infeasible():
+    p = small(1.0)
+    p = replace(p, memory_cap_bytes=p.memory_cap_bytes * 0.5)
+    result = balance(p, QUICK)
+    assert result.plan is None and result.solver.status == "infeasible"
+    assert result.infeasible.shortfall_bytes > 0
