@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
+import reprlib
+
 EXIT_OK = 0
 EXIT_NO_PLAN = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+MAX_SHOWN_CHARS = 80  # a value quoted in a message
+MAX_FILE_CHARS = 160  # a file name in a message
+MAX_FIX_CHARS = 300  # the fix (it may list valid values)
+
+# Bounded repr: a huge value (say a YAML alias bomb) is never rendered whole.
+_REPR = reprlib.Repr()
+_REPR.maxstring = MAX_SHOWN_CHARS
+_REPR.maxother = MAX_SHOWN_CHARS
+_REPR.maxlong = 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+_REPR.maxlevel = 2
+
+
+def shorten(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` cut to `limit` characters, the middle replaced by "..."."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 3, 2)
+    return text[: keep - keep // 2] + "..." + text[len(text) - keep // 2 :]
+
+
+def shown_value(value: object) -> str:
+    """A bounded, one-line repr of `value` for an error message."""
+    return shorten(" ".join(_REPR.repr(value).split()))
 
 
 class MeshtuneError(Exception):
@@ -46,23 +76,26 @@ class InputError(MeshtuneError):
 
     def _render(self) -> str:
         parts = []
-        where = self.file or ""
+        where = shorten(self.file, MAX_FILE_CHARS) if self.file else ""
         if self.line is not None:
             where = f"{where}:{self.line}" if where else f"line {self.line}"
         if where:
             parts.append(where)
         if self.field:
-            parts.append(self.field)
+            parts.append(shorten(self.field))
         head = ": ".join(parts)
         body = self.message
         if self.value is not None:
-            shown = repr(self.value)
-            if len(shown) > 80:
-                shown = shown[:77] + "..."
+            shown = shown_value(self.value)
             body = f"got {shown}; {body}"
         if self.fix:
-            body = f"{body}; fix: {self.fix}"
+            body = f"{body}; fix: {shorten(self.fix, MAX_FIX_CHARS)}"
         return " ".join(f"{head}: {body}".split()) if head else " ".join(body.split())
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt so
+    that every cleanup path that handles one handles both."""
 
 
 class NoFeasiblePlanError(MeshtuneError):

@@ -4,17 +4,16 @@ validation failures into one-line errors that say how to fix them."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from autotune import hf_config
 from autotune.errors import InputError
+from autotune.safe_load import parse_json, parse_yaml, read_bytes
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
@@ -46,12 +45,7 @@ def calibration_preset_names() -> list[str]:
 
 def read_text(path: str | Path) -> str:
     """A file's text, or an InputError that names the file and the problem."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError("no such file", file=str(path), fix="check the path")
-    if p.is_dir():
-        raise InputError("is a folder, not a file", file=str(path), fix="name a file")
-    data = p.read_bytes()
+    data = read_bytes(path)
     if b"\x00" in data[:8192]:
         raise InputError("is binary data, not text", file=str(path), fix="pass a text file")
     try:
@@ -69,18 +63,7 @@ def sha256_of(path: str | Path) -> str:
 
 def load_mapping(path: str | Path) -> dict[str, Any]:
     """Parse a YAML (or JSON) file whose top level must be a mapping."""
-    text = read_text(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise InputError(
-            f"is not valid YAML{where}: {problem}",
-            file=str(path),
-            fix="check indentation and quoting (YAML or JSON syntax)",
-        ) from None
+    data = parse_yaml(read_text(path), file=str(path))
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise InputError(
@@ -94,13 +77,7 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
 def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
     """Parse a JSON file whose top level must be an object; InputError
     otherwise, whose fix says to pass `what`."""
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"is not valid JSON: {exc.msg}", file=str(path), line=exc.lineno, fix=f"pass {what}"
-        ) from None
+    data = parse_json(read_text(path), file=str(path), fix=f"pass {what}")
     if not isinstance(data, dict):
         raise InputError(
             f"must be a JSON object, but it is a {type(data).__name__}",
@@ -130,10 +107,17 @@ def _fix_for(error: dict[str, Any], model: type[BaseModel]) -> str | None:
         return f"use a value {op} {bound}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return "use a value of the described type"
-    if kind == "enum":
+    if kind in ("enum", "literal_error"):
         expected = error.get("ctx", {}).get("expected")
         return f"use one of {expected}" if expected else None
-    return None
+    if kind == "too_short":
+        return f"give at least {error.get('ctx', {}).get('min_length', 1)} entries"
+    if kind == "too_long":
+        return f"give at most {error.get('ctx', {}).get('max_length')} entries"
+    if kind == "finite_number":
+        return "write a finite number in the field's range (see its description)"
+    # every error names a fix: the field's documented meaning is the last resort
+    return "see the field's description in the docs (and the examples/ files)"
 
 
 def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
@@ -148,6 +132,35 @@ def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
             return []
     fields = getattr(current, "model_fields", {})
     return [(f.alias or name) for name, f in fields.items()]
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The spec model inside `annotation` (`X`, `X | None`, `dict[str, list[X]]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_range(model: type[BaseModel], loc: list[str]) -> str | None:
+    """The "Range: ..." sentence of the described field at `loc`, if any."""
+    current: Any = model
+    info = None
+    for part in loc:
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return None
+        if part not in fields:
+            continue  # a dict key or list index inside the current field
+        info = fields[part]
+        current = _inner_model(info.annotation)
+    description = (info.description or "") if info is not None else ""
+    if "Range: " not in description:
+        return None
+    return description.split("Range: ", 1)[1].split(". ")[0].rstrip(".")
 
 
 def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: str = "") -> SpecT:
@@ -171,14 +184,27 @@ def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: st
             message = "is required"
         elif error.get("type") == "extra_forbidden":
             message = "is not a known key"
+        elif error.get("type", "").startswith(("greater_than", "less_than", "finite")):
+            span = _field_range(model, loc)
+            if span:
+                message = f"{message} (plausible range: {span})"
         raise InputError(message, file=file, field=field, value=value, fix=fix) from None
+
+
+def _exists(path: Path) -> bool:
+    """`path.exists()` that treats names the system rejects (too long,
+    embedded NUL) as missing instead of raising."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _resolve_ref(ref: str, kind: str, base: Path | None) -> Path:
     """A preset name or a path (relative to the referring file)."""
     if kind != "calibrations":
         preset = _preset_dir(kind) / f"{ref}.yaml"
-        if preset.exists():
+        if _exists(preset):
             return preset
     else:
         from calibration_data import CALIBRATION_PRESETS, data_path
@@ -186,38 +212,54 @@ def _resolve_ref(ref: str, kind: str, base: Path | None) -> Path:
         if ref in CALIBRATION_PRESETS:
             return data_path(CALIBRATION_PRESETS[ref])
     candidate = Path(ref)
-    if not candidate.is_absolute() and base is not None and not candidate.exists():
+    if not candidate.is_absolute() and base is not None and not _exists(candidate):
         candidate = base / candidate
     return candidate
 
 
 def _load_yaml_ref(
-    ref: str | Path, kind: str, field: str, model: type[SpecT], base: Path | None
+    ref: str | Path,
+    kind: str,
+    field: str,
+    model: type[SpecT],
+    base: Path | None,
+    file: str | None = None,
+    shown_field: str | None = None,
 ) -> SpecT:
-    """Validate the YAML preset or file `ref` names as `model`."""
+    """Validate the YAML preset or file `ref` names as `model`; `file` is
+    the file that referred to it and `shown_field` the key or option that
+    did (named in the error if `ref` is neither)."""
     path = _resolve_ref(str(ref), kind, base)
-    if not path.exists():
+    if not _exists(path):
         raise InputError(
             f"is neither a {field} preset nor a file",
-            field=field,
+            file=file,
+            field=shown_field or field,
             value=str(ref),
             fix=f"use one of {', '.join(preset_names(kind))} or a path",
         )
     return validate_spec(model, load_mapping(path), file=str(path))
 
 
-def load_model_spec(ref: str | Path, base: Path | None = None) -> ModelSpec:
+def load_model_spec(
+    ref: str | Path, base: Path | None = None, file: str | None = None
+) -> ModelSpec:
     """A model preset name, a model YAML file, or a Hugging Face
-    `config.json` (any `.json` file: :mod:`autotune.hf_config`)."""
+    `config.json` (any `.json` file: :mod:`autotune.hf_config`); `file` is
+    the plan file naming it, for errors."""
     if str(ref).lower().endswith(".json"):
         path = _resolve_ref(str(ref), "models", base)
-        if not path.exists():
+        if not _exists(path):
             raise InputError(
-                "no such file", field="model", value=str(ref), fix="check the config.json path"
+                "no such file",
+                file=file,
+                field="model",
+                value=str(ref),
+                fix="check the config.json path",
             )
         data = read_json_object(path, "a Hugging Face config.json")
         return validate_spec(ModelSpec, hf_config.spec_fields(data, path), file=str(path))
-    return _load_yaml_ref(ref, "models", "model", ModelSpec, base)
+    return _load_yaml_ref(ref, "models", "model", ModelSpec, base, file)
 
 
 _NODE_COUNT = re.compile(r"^(?P<base>[a-z0-9][a-z0-9.-]*?)-(?P<nodes>[1-9][0-9]*)n$")
@@ -229,16 +271,19 @@ def _node_count_ref(ref: str) -> tuple[Path, int] | None:
     if m is None:
         return None
     preset = _preset_dir("clusters") / f"{m['base']}.yaml"
-    return (preset, int(m["nodes"])) if preset.exists() else None
+    return (preset, int(m["nodes"])) if _exists(preset) else None
 
 
-def load_cluster_spec(ref: str | Path, base: Path | None = None) -> tuple[ClusterSpec, str]:
-    """A cluster preset name or YAML file; returns the spec and where it came from.
+def load_cluster_spec(
+    ref: str | Path, base: Path | None = None, file: str | None = None, field: str = "cluster"
+) -> tuple[ClusterSpec, str]:
+    """A cluster preset name or YAML file; returns the spec and where it came from
+    (`file` and `field`: the file and key or option naming it, for errors).
 
     `BASE-<N>n` (e.g. `h100-hgx-32n`) is the node preset BASE with N nodes:
     its `num_chips` becomes N times its `node.chips_per_node`."""
     counted = _node_count_ref(str(ref))
-    if counted is not None and not (_preset_dir("clusters") / f"{ref}.yaml").exists():
+    if counted is not None and not _exists(_preset_dir("clusters") / f"{ref}.yaml"):
         path, nodes = counted
         data = load_mapping(path)
         node = data.get("node")
@@ -251,16 +296,17 @@ def load_cluster_spec(ref: str | Path, base: Path | None = None) -> tuple[Cluste
             )
         data = {**data, "name": str(ref), "num_chips": nodes * node["chips_per_node"]}
         return validate_spec(ClusterSpec, data, file=str(path)), str(ref)
-    return _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base), str(ref)
+    spec = _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base, file, field)
+    return spec, str(ref)
 
 
 def cluster_file(ref: str, base: Path | None = None) -> Path | None:
     """The file behind a cluster reference (preset, `BASE-<N>n` or path), if any."""
     counted = _node_count_ref(ref)
     path = _resolve_ref(ref, "clusters", base)
-    if not path.exists() and counted is not None:
+    if not _exists(path) and counted is not None:
         path = counted[0]
-    return path if path.is_file() else None
+    return path if _exists(path) and path.is_file() else None
 
 
 def load_chip_spec(ref: str | Path, base: Path | None = None) -> ChipSpec:
@@ -273,26 +319,23 @@ def load_chip_for(cluster: ClusterSpec, base: Path | None) -> ChipSpec | None:
     return None if cluster.chip is None else load_chip_spec(cluster.chip, base)
 
 
-def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[CalibrationSpec, str]:
+def load_calibration(
+    ref: str | Path, base: Path | None = None, file: str | None = None, field: str = "calibration"
+) -> tuple[CalibrationSpec, str]:
     """A calibration preset name or JSON file; returns the spec and the
-    preset name or the file's path."""
+    preset name or the file's path (`file`: the file naming it, if any)."""
     path = _resolve_ref(str(ref), "calibrations", base)
-    if not path.exists():
+    if not _exists(path):
         raise InputError(
             "is neither a calibration preset nor a file",
-            field="calibration",
+            file=file,
+            field=field,
             value=str(ref),
             fix=f"use {', '.join(calibration_preset_names())}, or a file from `meshtune calibrate`",
         )
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-            file=str(path),
-            fix="pass a calibration written by `meshtune calibrate`",
-        ) from None
+    data = parse_json(
+        read_text(path), file=str(path), fix="pass a calibration written by `meshtune calibrate`"
+    )
     if not isinstance(data, dict):
         raise InputError(
             "must be a JSON object", file=str(path), fix="pass a file from `meshtune calibrate`"
@@ -306,7 +349,10 @@ def load_calibration(ref: str | Path, base: Path | None = None) -> tuple[Calibra
 def calibration_file(ref: str) -> Path | None:
     """The file behind a calibration reference (preset name or path), if any."""
     path = _resolve_ref(ref, "calibrations", None)
-    return path if path.is_file() else None
+    try:
+        return path if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def load_plan_input(
@@ -344,7 +390,7 @@ def load_plan_input(
     elif isinstance(data["model"], dict):
         model = validate_spec(ModelSpec, data["model"], file=file, prefix="model")
     elif isinstance(data["model"], str):
-        model = load_model_spec(data["model"], base)
+        model = load_model_spec(data["model"], base, file)
     else:
         raise InputError(
             "must be a preset name or a mapping",
@@ -380,7 +426,12 @@ def load_plan_input(
         cluster_base = base
     elif isinstance(cluster_src, str):
         cluster_lookup = None if cluster_override is not None else base
-        cluster, cluster_ref = load_cluster_spec(cluster_src, cluster_lookup)
+        cluster, cluster_ref = load_cluster_spec(
+            cluster_src,
+            cluster_lookup,
+            None if cluster_override is not None else file,
+            "--cluster" if cluster_override is not None else "cluster",
+        )
         cluster_path = cluster_file(cluster_src, cluster_lookup) or _resolve_ref(
             cluster_src, "clusters", base
         )
@@ -395,7 +446,9 @@ def load_plan_input(
         )
 
     if calibration_override is not None:
-        calibration, calibration_ref = load_calibration(calibration_override, None)
+        calibration, calibration_ref = load_calibration(
+            calibration_override, None, None, "--calibration"
+        )
     elif "calibration" in data:
         if not isinstance(data["calibration"], str):
             raise InputError(
@@ -405,9 +458,11 @@ def load_plan_input(
                 value=data["calibration"],
                 fix="e.g. `calibration: tpu-v4`",
             )
-        calibration, calibration_ref = load_calibration(data["calibration"], base)
+        calibration, calibration_ref = load_calibration(data["calibration"], base, file)
     else:
-        calibration, calibration_ref = load_calibration(cluster.calibration, cluster_base)
+        calibration, calibration_ref = load_calibration(
+            cluster.calibration, cluster_base, cluster_ref
+        )
 
     search_data = data.get("search", {}) or {}
     if not isinstance(search_data, dict):

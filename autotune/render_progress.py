@@ -7,6 +7,8 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
+from autotune.render_text import user_text
+
 
 @contextmanager
 def progress(message: str) -> Iterator[None]:
@@ -16,5 +18,5 @@ def progress(message: str) -> Iterator[None]:
     if not console.is_terminal:
         yield
         return
-    with console.status(message):
+    with console.status(user_text(message, 200)):
         yield

@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike
 from cost_models.collectives import ring_collective_terms
 from cost_models.compute import ComputeModel
 from cost_models.concurrency import concurrent_s
+from cost_models.divisors import divisors
 from cost_models.types import (
     Axis,
     CollectiveCall,
@@ -125,17 +126,8 @@ def valid_slice_counts(
     unit = slice_unit(mesh, block)
     if dim % unit:
         return []
-    quotient = dim // unit
-    divisors: list[int] = []
-    for d in range(1, math.isqrt(quotient) + 1):
-        if quotient % d == 0:
-            divisors.append(d)
-            if d != quotient // d:
-                divisors.append(quotient // d)
-    divisors.sort()
-    if max_slices is not None:
-        divisors = [d for d in divisors if d <= max_slices]
-    return divisors
+    # factor first: trial division to sqrt(quotient) hangs on huge dimensions
+    return divisors(dim // unit, max_slices)
 
 
 @dataclass(frozen=True)

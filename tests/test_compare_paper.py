@@ -111,9 +111,11 @@ def test_cli_strong_scaling_and_table(repo_root):
     ("args", "message"),
     [
         (["--chips", "16,x"], "--chips: got '16,x'; expected comma-separated integers"),
-        (["--chips", "0"], "chip counts must be positive"),
+        (["--chips", "0"], "chip counts must be 1 to 2^24"),
+        (["--chips", "99999999999"], "chip counts must be 1 to 2^24"),
         (["--chips", "15"], "--chips: got 15; is odd"),
-        (["--batch", "0"], "--batch: got 0; must be >= 1"),
+        (["--batch", "0"], "--batch: got 0; must be 1 to 2^24"),
+        (["--batch", "99999999999"], "--batch: got 99999999999; must be 1 to 2^24"),
     ],
 )
 def test_cli_bad_input(repo_root, args, message):

@@ -247,9 +247,10 @@ def test_no_plan_and_no_proof_is_not_exit_1(tmp_path, monkeypatch):
             BASE.replace("{none: 1.0, full: 0.1}", "{none: .nan, full: 0.1}"),
             r"activation_memory_gib",
         ),
-        ("s.yaml", None, r"round 0 stage 1: got nan; must be a finite positive number of MB"),
+        # the shared bounded loader rejects non-finite numbers first, naming the key path
+        ("s.yaml", None, r"memory_usage\.body_memories\.memories\[0\]: got nan; is not a finite"),
         ("s2.yaml", "time", r"time_config\.head: got -0\.9; must be a finite number >= 0"),
-        ("l.json", "json", r"l\.json: is not valid JSON: NaN is not a number JSON allows"),
+        ("l.json", "json", r"l\.json: holds NaN, which is not a finite JSON number"),
     ],
 )
 def test_non_finite_numbers_one_line_exit_2(tmp_path, repo_root, name, text, pattern):

@@ -130,7 +130,8 @@ def write(tmp_path: Path, text: str, name: str = "plan.yaml") -> str:
         # negative size
         (
             lambda s: s.replace("hidden_size: 1024", "hidden_size: -1024"),
-            r"model\.hidden_size: got -1024; Input should be greater than 0; fix: use a value > 0",
+            r"model\.hidden_size: got -1024; Input should be greater than 0 "
+            r"\(plausible range: 1 to 2\^24\); fix: use a value > 0",
         ),
         # heads not divisible
         (

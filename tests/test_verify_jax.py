@@ -136,7 +136,11 @@ def test_bench_calibrate_plan_chain(tmp_path):
     gemm_shapes = {tuple(r[5:8]) for r in rows if r[0] == "gemm"}
     assert all(tuple(r[5:8]) in gemm_shapes for r in overlap)
     runner = CliRunner()
-    res = runner.invoke(main, ["calibrate", str(csv_path), "--out", str(cal_path)])
+    # virtual CPU devices share one memory bus, not links: their timings may fit the
+    # link model poorly, which calibrate refuses unless told (docs/reliability.md)
+    res = runner.invoke(
+        main, ["calibrate", str(csv_path), "--out", str(cal_path), "--accept-poor-fit"]
+    )
     assert res.exit_code == 0, res.output
     cal = json.loads(cal_path.read_text())
     assert "send_recv" in cal["collectives"] and cal["overlap_slowdown"] >= 1.0

@@ -14,6 +14,7 @@ import csv
 import hashlib
 import io
 import math
+from collections.abc import Iterable, Iterator
 
 from autotune.calibrate.samples import CollectiveSample, GemmSample, OverlapSample, ParsedFile
 from autotune.errors import InputError
@@ -80,6 +81,25 @@ def _positive_int(text: str, *, file: str, line: int, field: str) -> int:
             fix=f"write {field} as a whole number >= 1",
         )
     return value
+
+
+def _rows(source: Iterable[str], path: str, first_line: int) -> Iterator[list[str]]:
+    """csv rows of `source`, a malformed row (say a cell over the csv
+    module's 128 KiB limit) reported as bad input at its line."""
+    reader = csv.reader(source)
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(
+                f"is not a valid CSV row ({exc})",
+                file=path,
+                line=first_line + max(reader.line_num - 1, 0),
+                fix="write one short value per column, comma-separated",
+            ) from None
+        yield cells
 
 
 def _collective_fields(
@@ -164,7 +184,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
             file=path,
             fix=f"start the file with the header {','.join(CSV_COLUMNS)}",
         )
-    header = [h.strip().lower() for h in next(csv.reader([lines[header_line - 1]]))]
+    header = [h.strip().lower() for h in next(_rows([lines[header_line - 1]], path, header_line))]
     missing = [c for c in CSV_COLUMNS if c not in header]
     if missing:
         raise InputError(
@@ -186,7 +206,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
     gemms: list[GemmSample] = []
     overlaps: list[OverlapSample] = []
     body = "\n".join(lines[header_line:])
-    for offset, cells in enumerate(csv.reader(io.StringIO(body))):
+    for offset, cells in enumerate(_rows(io.StringIO(body), path, header_line + 1)):
         line = header_line + 1 + offset
         if not cells or not "".join(cells).strip() or cells[0].lstrip().startswith("#"):
             continue

@@ -3,9 +3,11 @@ optional `plot` extra (matplotlib), imported only when asked for."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
 from autotune.errors import InputError
+from autotune.io import atomic_write_bytes
 
 
 def require_matplotlib() -> None:
@@ -42,5 +44,7 @@ def write_png(path: str, series: Sequence[tuple[str, Sequence[float], Sequence[f
     ax.set_title("meshtune calibrate: measured vs fitted")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
     plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue(), "--plot")

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from autotune.calibrate.result import CalibrationResult
 from autotune.calibrate.textplot import legend, loglog_scatter
+from autotune.render_text import user_text
 
 RESOURCE_NAMES = {
     "intra_node": "intra-node links (one host)",
@@ -70,7 +71,9 @@ def render_calibration(
         inputs.add_column(column)
     for f in result.files:
         skipped = f" ({len(f.skipped_lines)} garbled rows skipped)" if f.skipped_lines else ""
-        inputs.add_row(f.path, f.kind, str(f.num_rows), f.description + skipped)
+        inputs.add_row(
+            user_text(f.path), f.kind, str(f.num_rows), user_text(f.description + skipped, 200)
+        )
     console.print(inputs)
 
     chip = spec.chip or "unknown"
@@ -195,13 +198,13 @@ def render_calibration(
         console.print(table)
     elsewhere = [
         *(f"derived: {d}" for d in spec.derived),
-        *(f"from --base {spec.base_calibration}: {k}" for k in spec.kept_from_base),
+        *(f"from --base {user_text(spec.base_calibration)}: {k}" for k in spec.kept_from_base),
         *(f"from the chip preset: {p}" for p in spec.from_preset),
     ]
     if elsewhere:
         console.print("[bold]Values not fitted from the inputs[/bold]")
         for line in elsewhere:
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {user_text(line, 200)}", highlight=False)
     if spec.expected_error is not None:
         e = spec.expected_error
         parts = []
@@ -232,5 +235,5 @@ def render_calibration(
     for line in legend(series):
         console.print(line, markup=False, highlight=False)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {user_text(warning, 400)}", highlight=False)
     console.print(f"\nwrote {out_path}")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import ValidationError
 
 from autotune import __version__
 from autotune.calibrate.fit_comm import CommFit
@@ -243,7 +244,17 @@ def build_result(
             continue
         if key in collectives.get(fit.op.value, {}):
             continue  # both mesh axes were fed the same log: one resource entry
-        collectives.setdefault(fit.op.value, {})[key] = _link_spec(fit, unit_links)
+        try:
+            link = _link_spec(fit, unit_links)
+        except ValidationError as exc:  # a fitted value outside its plausible range
+            problem = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in problem.get("loc", ()))
+            warnings.append(
+                f"{pair}: not written: fitted {where} = {problem.get('input')!r} is outside "
+                "its plausible range (docs/reliability.md); check the measurements"
+            )
+            continue
+        collectives.setdefault(fit.op.value, {})[key] = link
         resource_notes.append(f"{pair}: {why}")
         if fit.rms_rel_error > POOR_FIT_RMS:
             warnings.append(f"{pair}: poor fit, RMS relative error {fit.rms_rel_error:.0%}")
@@ -400,4 +411,4 @@ def to_json(result: CalibrationResult) -> str:
     import json
 
     data = result.spec.model_dump(by_alias=True, mode="json")
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"

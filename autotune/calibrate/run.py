@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from autotune.calibrate.csv_format import looks_like_csv, parse_csv
 from autotune.calibrate.nccl_tests import looks_like_nccl_tests, parse_nccl_tests
 from autotune.calibrate.result import CalibrationResult, build_result
@@ -80,13 +82,26 @@ def calibrate(
     from autotune.calibrate.coverage import detect_chip
     from autotune.calibrate.fit_comm import fit_all
     from autotune.calibrate.fit_compute import choose_dtype, fit_gemm
+    from autotune.calibrate.screen import screen_collectives, screen_gemms
     from autotune.loading import load_calibration
 
     files = [read_input(p, axes) for p in paths]
     base = load_calibration(base_ref)[0] if base_ref else None
     chip, chip_reason, chip_warnings = detect_chip(files, chip_ref)
-    collectives = [s for f in files for s in f.collectives]
-    gemms = [s for f in files for s in f.gemms]
+    # rows inconsistent with their group are reported and left out of every fit
+    collectives, excluded = screen_collectives([s for f in files for s in f.collectives])
+    gemms, excluded_gemms = screen_gemms([s for f in files for s in f.gemms])
+    excluded += excluded_gemms
+    if excluded:
+        kept = {id(s) for s in (*collectives, *gemms)}
+        files = [
+            replace(
+                f,
+                collectives=tuple(s for s in f.collectives if id(s) in kept),
+                gemms=tuple(s for s in f.gemms if id(s) in kept),
+            )
+            for f in files
+        ]
     resources = {f.path: f.resource for f in files}
     comm_fits = fit_all(collectives, model, resources)
     compute_fit = None
@@ -98,19 +113,32 @@ def calibrate(
     from autotune.calibrate.fit_overlap import fit_overlap
 
     overlap_fit = fit_overlap([o for f in files for o in f.overlaps], gemms)
-    result = build_result(
-        files,
-        comm_fits,
-        compute_fit,
-        overlap_fit=overlap_fit,
-        name=name,
-        base=base,
-        base_ref=base_ref,
-        chip=chip,
-        chip_reason=chip_reason,
-        axes=tuple(a.value for a in axes),
-        by_axis=by_axis,
-    )
+    try:
+        result = build_result(
+            files,
+            comm_fits,
+            compute_fit,
+            overlap_fit=overlap_fit,
+            name=name,
+            base=base,
+            base_ref=base_ref,
+            chip=chip,
+            chip_reason=chip_reason,
+            axes=tuple(a.value for a in axes),
+            by_axis=by_axis,
+        )
+    except ValidationError as exc:  # a fitted value outside its plausible range
+        problem = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in problem.get("loc", ()))
+        raise InputError(
+            "the fitted calibration is outside the plausible ranges (docs/reliability.md)",
+            file=paths[0] if len(paths) == 1 else None,
+            field=where,
+            value=problem.get("input"),
+            fix="check the measurements for mistyped sizes or times",
+        ) from None
+    if excluded:
+        result = replace(result, warnings=(*excluded, *result.warnings))
     if chip_warnings or chip is None:
         extra = list(chip_warnings)
         if chip is None:

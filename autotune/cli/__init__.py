@@ -7,10 +7,13 @@ Subcommands live one per module and are imported only when invoked, so
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
 from autotune import __version__
+from autotune.cli.common import fail, interrupted, signals_handled, usage_error
+from autotune.errors import MeshtuneError
 
 # name -> "module:attribute"; each module defines one click command.
 SUBCOMMANDS: dict[str, str] = {
@@ -40,6 +43,29 @@ class LazyGroup(click.Group):
             module_name, attr = self._lazy[cmd_name].split(":")
             return getattr(importlib.import_module(module_name), attr)
         return super().get_command(ctx, cmd_name)
+
+    def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> Any:
+        """Run the CLI with one error format for everything, click's usage
+        errors included, and SIGTERM handled like Ctrl-C (exit 143)."""
+        standalone = extra.pop("standalone_mode", True)
+        with signals_handled():
+            try:
+                result = super().main(args, prog_name or "meshtune", standalone_mode=False, **extra)
+            except click.exceptions.NoArgsIsHelpError as exc:  # bare `meshtune`
+                click.echo(exc.ctx.get_help())
+                result = 0
+            except MeshtuneError as exc:  # e.g. an --out path checked while parsing
+                fail(f"error: {exc.one_line()}", exc.exit_code)
+            except click.ClickException as exc:
+                usage_error(exc)
+            except click.exceptions.Abort as exc:
+                cause = exc.__cause__
+                interrupted(cause if isinstance(cause, KeyboardInterrupt) else KeyboardInterrupt())
+            except KeyboardInterrupt as exc:
+                interrupted(exc)
+        if not standalone:
+            return result
+        raise SystemExit(result if isinstance(result, int) else 0)
 
 
 @click.group(

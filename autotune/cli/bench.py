@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli.common import bad_usage, guarded
+from autotune.cli.common import OutputPath, bad_usage, guarded
+from autotune.errors import shorten
 
 
 def _parse_mesh(text: str):
@@ -14,9 +15,11 @@ def _parse_mesh(text: str):
     try:
         rows, cols = (int(x) for x in text.lower().split("x"))
     except ValueError:
-        bad_usage(f"--mesh: got {text!r}; write ROWSxCOLS, e.g. 2x4")
-    if rows < 1 or cols < 1:
-        bad_usage(f"--mesh: got {text!r}; both sides must be >= 1")
+        bad_usage(f"--mesh: got {shorten(text)!r}; write ROWSxCOLS; fix: e.g. --mesh 2x4")
+    if not (1 <= rows <= 4096 and 1 <= cols <= 4096):
+        bad_usage(
+            f"--mesh: got {shorten(text)!r}; both sides must be 1 to 4096; fix: e.g. --mesh 2x4"
+        )
     return MeshShape(rows, cols)
 
 
@@ -28,9 +31,7 @@ def _parse_mesh(text: str):
     show_default=True,
     help="Measurement engine (JAX: virtual host devices on CPU, the real mesh on TPU/GPU).",
 )
-@click.option(
-    "--out", "out", required=True, type=click.Path(dir_okay=False), help="CSV file to write."
-)
+@click.option("--out", "out", required=True, type=OutputPath(), help="CSV file to write.")
 @click.option(
     "--mesh",
     "meshes",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.common import format_option, guarded
+from autotune.cli.common import OutputPath, format_option, guarded
 from autotune.errors import InputError
 
 
@@ -17,7 +17,7 @@ from autotune.errors import InputError
     "--out",
     "out",
     default=None,
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     help="Calibration JSON to write (atomically; nothing is written on bad input).",
 )
 @click.option(
@@ -71,9 +71,16 @@ from autotune.errors import InputError
     "neither measure nor determine.",
 )
 @click.option(
+    "--accept-poor-fit",
+    "accept_poor_fit",
+    is_flag=True,
+    help="Write the calibration even when a fit misses the rows it kept by more than 25% "
+    "RMS (by default that is refused: a plan built on it would be fiction).",
+)
+@click.option(
     "--plot",
     "plot",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     help="Also write the measured-vs-fitted plot as PNG (needs the plot extra).",
 )
@@ -88,6 +95,7 @@ def calibrate(
     cluster: str | None,
     collective_model: str,
     base: str | None,
+    accept_poor_fit: bool,
     plot: str | None,
 ) -> None:
     """Fit collective (launch, sync, bandwidth per size regime, op and mesh
@@ -136,6 +144,7 @@ def calibrate(
         model=collective_model,
         by_axis=axis != "both",
     )
+    result = _quality_gate(result, files, accept_poor_fit)
     text = to_json(result)
     atomic_write_text(out, text)
     if plot:
@@ -145,12 +154,37 @@ def calibrate(
         write_png(plot, plot_series(result))
     if fmt == "json":
         click.echo(text, nl=False)
+        # stdout holds only the document; what the report would say goes to stderr
+        for warning in result.warnings:
+            click.echo(f"meshtune: warning: {' '.join(warning.split())}", err=True)
     else:
         from autotune.calibrate.render import render_calibration
 
         render_calibration(result, out)
         if plot:
             click.echo(f"wrote {plot}")
+
+
+def _quality_gate(result, files: tuple[str, ...], accept: bool):
+    """Refuse a poor fit (exit 2) unless accepted; an accepted one is warned about."""
+    from dataclasses import replace
+
+    from autotune.calibrate.quality import POOR_FIT_REFUSE_REL, poor_fits
+    from autotune.errors import shorten
+
+    poor = poor_fits(result)
+    if not poor:
+        return result
+    if not accept:
+        raise InputError(
+            f"poor fit, nothing written: {'; '.join(poor)} (more than "
+            f"{POOR_FIT_REFUSE_REL:.0%}: the model does not describe these measurements)",
+            file=shorten(", ".join(files), 160),
+            fix="look for mistyped rows (meshtune calibrate --check), measure again, "
+            "or pass --accept-poor-fit to write it anyway",
+        )
+    warning = f"written with --accept-poor-fit: poor fit {'; '.join(poor)}"
+    return replace(result, warnings=(warning, *result.warnings))
 
 
 def _check(cal_ref: str, files: tuple[str, ...], axes: tuple, fmt: str) -> None:

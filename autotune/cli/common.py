@@ -1,20 +1,112 @@
-"""Shared CLI plumbing: error-to-exit-code mapping and output writing."""
+"""Shared CLI plumbing: one error format, signal handling and output paths.
+
+Every failure reaches the user as one line on stderr,
+``meshtune: error: FILE: FIELD: got VALUE; RULE; fix: FIX`` (parts that do
+not apply left out), click's own usage errors included; docs/reliability.md
+describes the exit codes and the signal behaviour.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 
-from autotune.errors import EXIT_BAD_INPUT, MeshtuneError
+from autotune.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    MeshtuneError,
+    Terminated,
+    shorten,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_INTERNAL = 3
+__all__ = ["EXIT_INTERNAL", "OutputPath", "bad_usage", "format_option", "guarded"]
+
+
+def fail(line: str, code: int) -> None:
+    """Print `line` (whitespace collapsed to one line) on stderr and exit."""
+    click.echo(f"meshtune: {' '.join(line.split())}", err=True)
+    sys.exit(code)
+
+
+def _child_pids() -> list[int]:
+    """This process's direct children (Linux /proc; elsewhere none found)."""
+    me = os.getpid()
+    children = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces: split after it
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1] == str(me):
+            children.append(int(entry))
+    return children
+
+
+def terminate_children() -> None:
+    """Send SIGTERM to the child processes this process started (an external
+    solver, say), so an interrupted command leaves none running."""
+    for pid in _child_pids():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+
+
+def interrupted(exc: KeyboardInterrupt) -> None:
+    """Stop child processes, then exit 143 after SIGTERM or 130 after Ctrl-C,
+    with one line."""
+    terminate_children()
+    if isinstance(exc, Terminated):
+        fail("terminated (SIGTERM)", EXIT_TERMINATED)
+    fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+
+
+def usage_error(exc: click.ClickException) -> None:
+    """Report a click usage error (bad option value, missing argument,
+    unknown command or option) in meshtune's one-line format, exit 2."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "meshtune"
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    fail(f"error: {command}: {shorten(message, 400)}; fix: see `{command} --help`", EXIT_BAD_INPUT)
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def signals_handled() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` (a KeyboardInterrupt) for the
+    duration, so cleanup code runs and the process exits 143 at once."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def guarded(fn: F) -> F:
@@ -26,11 +118,9 @@ def guarded(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except MeshtuneError as exc:
-            click.echo(f"meshtune: error: {exc.one_line()}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("meshtune: interrupted", err=True)
-            sys.exit(130)
+            fail(f"error: {exc.one_line()}", exc.exit_code)
+        except KeyboardInterrupt as exc:
+            interrupted(exc)
         except click.exceptions.Exit:
             raise
         except click.ClickException:
@@ -38,15 +128,28 @@ def guarded(fn: F) -> F:
         except Exception as exc:
             if os.environ.get("MESHTUNE_DEBUG"):
                 raise
-            msg = " ".join(str(exc).split())
-            click.echo(
-                f"meshtune: internal error: {type(exc).__name__}: {msg} "
+            msg = shorten(" ".join(str(exc).split()), 300)
+            fail(
+                f"internal error: {type(exc).__name__}: {msg} "
                 "(rerun with MESHTUNE_DEBUG=1 for a traceback and report it)",
-                err=True,
+                EXIT_INTERNAL,
             )
-            sys.exit(EXIT_INTERNAL)
 
     return wrapper  # type: ignore[return-value]
+
+
+class OutputPath(click.ParamType):
+    """A file the command will write: checked when the options are parsed,
+    before any work is done (see autotune.io.check_output_path)."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from autotune.io import check_output_path
+
+        option = param.opts[0] if param is not None and param.opts else "--out"
+        check_output_path(value, option)
+        return str(value)
 
 
 def format_option(help: str) -> Callable[[F], F]:
@@ -63,5 +166,4 @@ def format_option(help: str) -> Callable[[F], F]:
 
 def bad_usage(message: str) -> None:
     """Exit 2 with a one-line usage error."""
-    click.echo(f"meshtune: error: {message}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
+    fail(f"error: {message}", EXIT_BAD_INPUT)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import click
 
 from autotune.cli.common import bad_usage, format_option, guarded
+from autotune.errors import shorten
+from autotune.specs.base import MAX_CHIPS, MAX_COUNT
 
 
 def _chip_counts(text: str) -> tuple[int, ...]:
@@ -13,12 +15,12 @@ def _chip_counts(text: str) -> tuple[int, ...]:
         counts = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         bad_usage(
-            f"--chips: got {text!r}; expected comma-separated integers; "
+            f"--chips: got {shorten(text)!r}; expected comma-separated integers; "
             "fix: e.g. --chips 16,32,64,128,256"
         )
-    if not counts or min(counts) < 1:
+    if not counts or min(counts) < 1 or max(counts) > MAX_CHIPS:
         bad_usage(
-            f"--chips: got {text!r}; chip counts must be positive; "
+            f"--chips: got {shorten(text)!r}; chip counts must be 1 to 2^24; "
             "fix: e.g. --chips 16,32,64,128,256"
         )
     return counts
@@ -80,8 +82,11 @@ def compare(
     from autotune.render_progress import progress
 
     counts = _chip_counts(chips)
-    if batch is not None and batch < 1:
-        bad_usage(f"--batch: got {batch}; must be >= 1; fix: give sequences per step, e.g. 32")
+    if batch is not None and not 1 <= batch <= MAX_COUNT:
+        bad_usage(
+            f"--batch: got {shorten(str(batch))}; must be 1 to 2^24; "
+            "fix: give sequences per step, e.g. 32"
+        )
     inp = load_plan_input(model_file, cluster, calibration, model)
     with progress(f"planning every algorithm at {len(counts)} chip counts"):
         result = run_compare(inp, counts, batch)

@@ -6,7 +6,7 @@ import math
 
 import click
 
-from autotune.cli.common import format_option, guarded
+from autotune.cli.common import OutputPath, format_option, guarded
 from autotune.errors import MeshtuneError
 
 # Exit code when the limit ran out with no plan and no proof (docs/pipeline.md).
@@ -24,7 +24,9 @@ def _positive(value: float | None, flag: str) -> None:
     from autotune.errors import InputError
 
     if value is not None and (not math.isfinite(value) or value <= 0):
-        raise InputError("must be a finite number > 0", field=flag, value=value)
+        raise InputError(
+            "must be a finite number > 0", field=flag, value=value, fix="give a positive number"
+        )
 
 
 @click.command()
@@ -33,14 +35,14 @@ def _positive(value: float | None, flag: str) -> None:
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     help="Also write the JSON document to this file (atomically).",
 )
 @click.option(
     "--timeline",
     "timeline",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     metavar="FILE.svg",
     help="Write the simulated schedule of the plan as an SVG timeline.",
@@ -121,16 +123,18 @@ def pipeline(
         import json
 
         text = json.dumps(
-            decomposition_document(spec_file, read.decomposition, read.warnings), indent=2
+            decomposition_document(spec_file, read.decomposition, read.warnings),
+            indent=2,
+            allow_nan=False,
         )
+        if fmt != "json":
+            from autotune.pipeline.render import render_decomposition
+
+            render_decomposition(read.decomposition)
         if out:
             atomic_write_text(out, text + "\n")
         if fmt == "json":
             click.echo(text)
-        else:
-            from autotune.pipeline.render import render_decomposition
-
-            render_decomposition(read.decomposition)
         return
 
     from autotune.render_progress import progress
@@ -146,21 +150,24 @@ def pipeline(
         manual_plans=evaluate_plans(read.manual_plans),
     )
     text = to_json(result, spec_file) if (fmt == "json" or out) else None
-    if out:
-        atomic_write_text(out, text)
+    svg = None
     if timeline and result.plan is not None:
         from autotune.pipeline.render_svg import timeline_svg
 
         title = f"{spec_file}: {result.plan.label}"
-        atomic_write_text(
-            timeline, timeline_svg(result.plan.simulation, result.problem.num_stages, title)
-        )
-    if fmt == "json":
-        click.echo(text, nl=False)
-    else:
+        svg = timeline_svg(result.plan.simulation, result.problem.num_stages, title)
+    if fmt != "json":
         from autotune.pipeline.render import render_result
 
         render_result(result)
+    # everything is computed and rendered before the first file is written
+    if out:
+        atomic_write_text(out, text)
+    if svg is not None:
+        atomic_write_text(timeline, svg, "--timeline")
+    if fmt == "json":
+        click.echo(text, nl=False)
+    else:
         for path in (out, timeline if result.plan is not None else None):
             if path:
                 click.echo(f"wrote {path}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli.common import format_option, guarded
+from autotune.cli.common import OutputPath, format_option, guarded
 
 
 @click.command()
@@ -37,7 +37,7 @@ from autotune.cli.common import format_option, guarded
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     default=None,
     help="Also write the JSON sharding config to this file (atomically).",
 )
@@ -78,6 +78,8 @@ def plan(
     inp = load_plan_input(model_file, cluster, calibration, model)
     result = run_plan(inp, DataflowPolicy(dataflow) if dataflow else None)
     job = plan_job(inp, result, check_memory=False)
+    # the report is rendered before anything is written, so a failure while
+    # rendering leaves no output behind
     if fmt != "json":
         from autotune.job.report import render_job
         from autotune.plan.report import render_plan

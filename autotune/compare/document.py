@@ -85,4 +85,4 @@ def to_document(result: CompareResult) -> dict[str, Any]:
 
 def to_json(result: CompareResult) -> str:
     """:func:`to_document` as indented JSON text ending in a newline."""
-    return json.dumps(to_document(result), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(to_document(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from autotune.compare.comparison import PAPER_MESHSLICE_OVER_WANG, PAPER_PHASE1_GAIN, CompareResult
 from autotune.plan.report import fmt_pct, fmt_s
+from autotune.render_text import user_text
 
 CHART_WIDTH = 50
 _MARKS = {
@@ -35,8 +36,9 @@ def render_compare(result: CompareResult, console: Console | None = None) -> Non
             console = Console(width=130)
     batch = "batch = chips / 2 sequences" if result.scaling == "weak" else "fixed batch"
     console.print(
-        f"[bold]meshtune compare[/bold]  {result.model_name} on {result.cluster_name} "
-        f"(calibration {result.calibration_name}), {result.scaling} scaling ({batch}, "
+        f"[bold]meshtune compare[/bold]  {user_text(result.model_name)} "
+        f"on {user_text(result.cluster_name)} "
+        f"(calibration {user_text(result.calibration_name)}), {result.scaling} scaling ({batch}, "
         f"{result.sequence_length} tokens each), all chips tensor-parallel"
     )
     last = result.points[-1]

@@ -142,4 +142,4 @@ def to_document(result: BalanceResult, source_file: str) -> dict[str, Any]:
 
 def to_json(result: BalanceResult, source_file: str) -> str:
     """The JSON text (2-space indent, trailing newline)."""
-    return json.dumps(to_document(result, source_file), indent=2) + "\n"
+    return json.dumps(to_document(result, source_file), indent=2, allow_nan=False) + "\n"

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from autotune.pipeline.result import BalanceResult, PlanEvaluation
 from autotune.pipeline.timeline import timeline_rows
+from autotune.render_text import user_text
 
 GIB = 2**30
 TIMELINE_WIDTH = 100
@@ -27,11 +28,12 @@ def _pct(fraction: float | None) -> str:
 
 
 def _stage_table(plan: PlanEvaluation, kinds: list[str], cap_bytes: float) -> Table:
-    table = Table(box=box.SIMPLE_HEAVY, title=f"{plan.label}: layers and memory per stage")
+    title = f"{user_text(plan.label)}: layers and memory per stage"
+    table = Table(box=box.SIMPLE_HEAVY, title=title)
     table.add_column("stage", justify="right")
     table.add_column("chunk", justify="right")
     for k in kinds:
-        table.add_column(k, justify="right")
+        table.add_column(user_text(k), justify="right")
     table.add_column("recompute", justify="left")
     table.add_column("fwd+bwd", justify="right")
     table.add_column("peak GiB", justify="right")
@@ -47,7 +49,7 @@ def _stage_table(plan: PlanEvaluation, kinds: list[str], cap_bytes: float) -> Ta
                 str(st.stage) if i == 0 else "",
                 str(ch.local_chunk),
                 *[str(ch.layers.get(k, 0)) for k in kinds],
-                rec or "-",
+                user_text(rec, 200) or "-",
                 _ms(ch.forward_s + ch.backward_s),
                 _gib(st.peak_memory_bytes) if i == 0 else "",
                 _gib(st.headroom_bytes) if i == 0 else "",
@@ -67,7 +69,7 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
     console.print(
         f"[bold]Pipeline[/bold]: pp={pr.num_stages}, v={pr.num_chunks}, "
         f"m={pr.num_micro_batches}, {pr.schedule.value}, "
-        f"{' + '.join(f'{g.count} {g.kind}' for g in pr.groups)} layers, "
+        f"{' + '.join(f'{g.count} {user_text(g.kind)}' for g in pr.groups)} layers, "
         f"cap {_gib(pr.memory_cap_bytes)} GiB"
     )
     if result.decomposition is not None:
@@ -76,7 +78,7 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
     console.print(f"Solver: {s.solver}, {s.status}, {s.solve_time_s:.2f} s, gap {_pct(s.gap)}")
     if result.plan is None:
         reason = result.infeasible.reason if result.infeasible else "no plan"
-        console.print(f"[bold red]No feasible plan[/bold red]: {reason}")
+        console.print(f"[bold red]No feasible plan[/bold red]: {user_text(reason, 400)}")
         return
     plan = result.plan
     console.print(_stage_table(plan, kinds, pr.memory_cap_bytes))
@@ -99,7 +101,7 @@ def render_result(result: BalanceResult, timeline: bool = True, console: Console
             table.add_column(col, justify="right")
         for m in result.manual_plans:
             table.add_row(
-                m.label,
+                user_text(m.label),
                 str(len(m.stages[0].chunks)),
                 _ms(m.step_time_s),
                 f"{m.step_time_s / plan.step_time_s:.4f}x",
@@ -132,4 +134,4 @@ def render_decomposition(dec, console: Console | None = None) -> None:
         highlight=False,
     )
     for w in dec.warnings:
-        console.print(f"[yellow]warning[/yellow]: {w}", highlight=False)
+        console.print(f"[yellow]warning[/yellow]: {user_text(w, 400)}", highlight=False)

@@ -13,7 +13,6 @@ the file: it comes from the command line, as it did for the seed tool.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -26,6 +25,7 @@ from autotune.pipeline.problem import (
     ShapeOverrides,
 )
 from autotune.pipeline.seed_format import SEED_COEFFICIENTS
+from autotune.safe_load import parse_json as safe_parse_json
 
 MIB = float(2**20)
 MS = 1e-3
@@ -45,18 +45,9 @@ COEF_KEYS = {
 }
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def parse_json(text: str, file: str) -> Any:
-    """JSON without NaN or Infinity."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise InputError(
-            f"is not valid JSON: {exc}", file=file, fix="check the file's syntax"
-        ) from None
+    """JSON without NaN or Infinity, within the input limits (depth, size)."""
+    return safe_parse_json(text, file=file, fix="check the file's syntax")
 
 
 def is_layer_json(data: Any) -> bool:

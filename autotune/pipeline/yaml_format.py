@@ -28,7 +28,7 @@ from autotune.specs.base import Spec as _BaseSpec
 class Spec(_BaseSpec):
     """The pipeline specs: the common base, and no NaN or infinity anywhere."""
 
-    model_config = ConfigDict(**_BaseSpec.model_config, allow_inf_nan=False)
+    model_config = ConfigDict(**{**_BaseSpec.model_config, "allow_inf_nan": False})
 
 
 MS = 1e-3

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.plan.results import OneDComparison, PlanResult, breakdown_shares
+from autotune.render_text import user_text
 
 _PASS_LABEL = {"forward": "fwd", "backward_data": "bwd-data", "backward_weight": "bwd-weight"}
 
@@ -50,16 +51,17 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
     inp = result.inputs
     t = inp.training
     console.print(
-        f"[bold]meshtune plan[/bold]  {inp.model.name} on {inp.cluster.name} "
+        f"[bold]meshtune plan[/bold]  {user_text(inp.model.name)} on {user_text(inp.cluster.name)} "
         f"({result.tp_chips} tensor-parallel chips), {t.micro_batch_sequences} x "
         f"{t.sequence_length} tokens per micro-batch, {t.dtype.value}"
     )
     console.print(
-        f"calibration: {inp.calibration.name}   dataflow policy: {result.policy.value}   "
+        f"calibration: {user_text(inp.calibration.name)}   "
+        f"dataflow policy: {result.policy.value}   "
         f"slice counts per {inp.search.slice_count_per.value}"
     )
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {user_text(warning, 400)}")
     expected = inp.calibration.expected_error
     if expected is not None and expected.collective_median_rel_error is not None:
         compute = (

@@ -17,7 +17,7 @@ PLAN_SCHEMA = "meshtune.plan/2"
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class BreakdownDoc(_Doc):
@@ -69,7 +69,9 @@ class PhysicalGemmDoc(_Doc):
 class GemmDoc(_Doc):
     """One GEMM of a layer."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
     gemm_pass: Literal["forward", "backward_data", "backward_weight"] = Field(alias="pass")
     expression: str = Field(description="The GEMM in Table 1 notation.")
@@ -212,7 +214,9 @@ class InputsDoc(_Doc):
 class PlanDocument(_Doc):
     """The whole sharding config."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
     schema_: Literal["meshtune.plan/2"] = Field(alias="schema")
     tool_version: str = Field(default=__version__)

@@ -15,6 +15,7 @@ import numpy as np
 from autotune.errors import InputError, NoFeasiblePlanError
 from autotune.plan.context import SearchContext, check_calibration, search_context
 from autotune.plan.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
+from autotune.plan.fit_range import fit_range_warnings
 from autotune.plan.layers import FCLayer, fc_layers
 from autotune.plan.phase1 import Selection, Transpose, select
 from autotune.plan.results import (
@@ -39,6 +40,7 @@ from cost_models import (
     transpose_cost,
     valid_slice_counts,
 )
+from cost_models.divisors import divisors
 
 
 def tp_chip_count(inp: PlanInput) -> int:
@@ -74,8 +76,8 @@ def mesh_shapes(cluster: ClusterSpec, tp_chips: int, file: str | None = None) ->
         return shapes
     shapes = [
         MeshShape(r, tp_chips // r)
-        for r in range(1, tp_chips + 1)
-        if tp_chips % r == 0 and min(r, tp_chips // r) >= cluster.min_axis_size
+        for r in divisors(tp_chips)
+        if min(r, tp_chips // r) >= cluster.min_axis_size
     ]
     if not shapes:
         raise InputError(
@@ -305,7 +307,7 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
         peak_flops_per_s=ctx.cluster.peak_flops_per_s(inp.training.dtype.value),
         candidates=tuple(candidates),
         comparison=_comparison(policy, rows, mesh, sel, count),
-        warnings=warnings,
+        warnings=(*warnings, *fit_range_warnings(inp, mesh, layer_plans)),
         placement=ev.ctx.placement,
         one_d=one_d_comparison(candidates),
     )

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import (
+    FINITE_CONFIG,
+    MAX_BYTES,
+    MAX_BYTES_PER_S,
+    MAX_DIM,
+    MAX_FACTOR,
+    MAX_FLOPS_PER_S,
+    MAX_SECONDS,
+    Spec,
+)
 from autotune.specs.chip import FigureKind
 from cost_models import CollectiveOp
 
@@ -117,11 +126,26 @@ class RegimeSpec(Spec):
     pieces above the previous regime's bound up to `max_shard_bytes`."""
 
     max_shard_bytes: float | None = Field(
-        gt=0, description="Largest per-chip piece (bytes) of the regime; null for the last one."
+        gt=0,
+        le=MAX_BYTES,
+        description="Largest per-chip piece (bytes) of the regime; null for the last one. "
+        "Range: above 0, at most 2^50.",
     )
-    launch_s: float = Field(ge=0, description="Launch overhead in this regime, seconds.")
-    sync_s: float = Field(ge=0, description="Per-step synchronisation latency here, seconds.")
-    link_bytes_per_s: float = Field(gt=0, description="Per-step link bandwidth here, bytes/s.")
+    launch_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Launch overhead in this regime, seconds. Range: 0 to 3600.",
+    )
+    sync_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Per-step synchronisation latency here, seconds. Range: 0 to 3600.",
+    )
+    link_bytes_per_s: float = Field(
+        gt=0,
+        le=MAX_BYTES_PER_S,
+        description="Per-step link bandwidth here, bytes/s. Range: above 0, at most 1e15.",
+    )
 
 
 class LinkSpec(Spec):
@@ -129,9 +153,21 @@ class LinkSpec(Spec):
     one straight line, or one line per size regime when `regimes` is given
     (the plain fields then repeat the last, large-message regime)."""
 
-    launch_s: float = Field(ge=0, description="Fixed launch overhead per collective, seconds.")
-    sync_s: float = Field(ge=0, description="Synchronisation latency per ring step, seconds.")
-    link_bytes_per_s: float = Field(gt=0, description="Effective per-step link bandwidth, bytes/s.")
+    launch_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Fixed launch overhead per collective, seconds. Range: 0 to 3600.",
+    )
+    sync_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="Synchronisation latency per ring step, seconds. Range: 0 to 3600.",
+    )
+    link_bytes_per_s: float = Field(
+        gt=0,
+        le=MAX_BYTES_PER_S,
+        description="Effective per-step link bandwidth, bytes/s. Range: above 0, at most 1e15.",
+    )
     regimes: list[RegimeSpec] | None = Field(
         default=None,
         description="Size regimes in increasing order (NCCL protocol/channel switches); "
@@ -161,21 +197,47 @@ class EfficiencyCurve(Spec):
     """`eff = m/(m+m_half) * n/(n+n_half) * k/(k+k_half)` on top of the
     effective rate (see cost_models.compute.saturating_efficiency)."""
 
-    m_half: float = Field(ge=0, description="Rows at which the M factor is one half.")
-    n_half: float = Field(ge=0, description="Columns at which the N factor is one half.")
-    k_half: float = Field(ge=0, description="Contraction size at which the K factor is one half.")
+    m_half: float = Field(
+        ge=0, le=MAX_DIM, description="Rows at which the M factor is one half. Range: 0 to 2^24."
+    )
+    n_half: float = Field(
+        ge=0,
+        le=MAX_DIM,
+        description="Columns at which the N factor is one half. Range: 0 to 2^24.",
+    )
+    k_half: float = Field(
+        ge=0,
+        le=MAX_DIM,
+        description="Contraction size at which the K factor is one half. Range: 0 to 2^24.",
+    )
     max_dims: list[float] | None = Field(
         default=None,
         description="Largest m, n, k measured; beyond them the efficiency is held at its "
-        "value there (a conservative extrapolation). Omitted: the curve applies everywhere.",
+        "value there (a conservative extrapolation). Omitted: the curve applies everywhere. "
+        "Range: three values, each above 0 and at most 2^48.",
     )
+
+    @model_validator(mode="after")
+    def _check_max_dims(self) -> EfficiencyCurve:
+        if self.max_dims is not None and (
+            len(self.max_dims) != 3 or not all(0 < d <= 2.0**48 for d in self.max_dims)
+        ):
+            raise ValueError(
+                f"max_dims must be three sizes above 0 and at most 2^48, got {self.max_dims}; "
+                "fix: write the calibration with `meshtune calibrate`"
+            )
+        return self
 
 
 class ComputeSpec(Spec):
     """Local GEMM throughput of one chip."""
 
     dtype: str = Field(description="Element type the rate was measured for, e.g. bf16.")
-    effective_flops_per_s: float = Field(gt=0, description="Large-GEMM rate, FLOP/s.")
+    effective_flops_per_s: float = Field(
+        gt=0,
+        le=MAX_FLOPS_PER_S,
+        description="Large-GEMM rate, FLOP/s. Range: above 0, at most 1e18.",
+    )
     efficiency_curve: EfficiencyCurve | None = Field(
         default=None, description="Shape dependence; omitted means a constant rate."
     )
@@ -185,11 +247,15 @@ class ComputeSpec(Spec):
     peak_flops_per_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_FLOPS_PER_S,
         description="The chip's peak for dtype (roofline ceiling): no GEMM is predicted "
-        "faster. Omitted: no ceiling.",
+        "faster. Omitted: no ceiling. Range: above 0, at most 1e18.",
     )
     hbm_bytes_per_s: float | None = Field(
-        default=None, gt=0, description="HBM bandwidth for the memory roofline, bytes/s."
+        default=None,
+        gt=0,
+        le=MAX_BYTES_PER_S,
+        description="HBM bandwidth for the memory roofline, bytes/s. Range: above 0, at most 1e15.",
     )
     source: str | None = Field(
         default=None, description="Where the rate comes from when it was not fitted."
@@ -250,7 +316,10 @@ class CalibrationSpec(Spec):
         "no known chip (meshtune plan then uses the cluster's nominal peak, with a warning).",
     )
     overlap_slowdown: float = Field(
-        default=1.0, ge=1.0, description="Compute slowdown while communication overlaps it."
+        default=1.0,
+        ge=1.0,
+        le=MAX_FACTOR,
+        description="Compute slowdown while communication overlaps it. Range: 1 to 1000.",
     )
     inputs: list[SourceFile] = Field(default_factory=list, description="Files fitted from.")
     base_calibration: str | None = Field(
@@ -281,7 +350,7 @@ class CalibrationSpec(Spec):
         "should expect (shown by meshtune plan next to predicted times).",
     )
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(**FINITE_CONFIG, populate_by_name=True)
 
     @model_validator(mode="after")
     def _check(self) -> CalibrationSpec:

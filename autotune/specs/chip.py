@@ -9,7 +9,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import MAX_BYTES_PER_S, MAX_GIB, MAX_TFLOPS_PER_S, Spec
 
 GIB = 2**30
 
@@ -27,10 +27,19 @@ class ChipSpec(Spec):
     name: str = Field(description="Preset name, e.g. h100-sxm.")
     vendor: str = Field(description="Maker, e.g. NVIDIA, AMD, Google.")
     peak_tflops_per_s: dict[str, float] = Field(
-        description="Peak dense (no sparsity) TFLOP/s of one chip by dtype, e.g. {bf16: 989}."
+        description="Peak dense (no sparsity) TFLOP/s of one chip by dtype, e.g. {bf16: 989}. "
+        "Range: each above 0 and at most 1,000,000."
     )
-    hbm_gib: float = Field(gt=0, description="HBM capacity of one chip, GiB (2^30 bytes).")
-    hbm_tb_per_s: float = Field(gt=0, description="HBM bandwidth of one chip, TB/s (1e12 B/s).")
+    hbm_gib: float = Field(
+        gt=0,
+        le=MAX_GIB,
+        description="HBM capacity of one chip, GiB (2^30 bytes). Range: above 0, at most 2^20.",
+    )
+    hbm_tb_per_s: float = Field(
+        gt=0,
+        le=MAX_BYTES_PER_S / 1e12,
+        description="HBM bandwidth of one chip, TB/s (1e12 B/s). Range: above 0, at most 1000.",
+    )
     device_patterns: list[str] = Field(
         default_factory=list,
         description="Regular expressions (case-insensitive) matching the device names of this "
@@ -50,9 +59,10 @@ class ChipSpec(Spec):
                 "peak_tflops_per_s is empty; fix: give at least one dtype, e.g. {bf16: 989}"
             )
         for dtype, value in self.peak_tflops_per_s.items():
-            if value <= 0:
+            if not 0 < value <= MAX_TFLOPS_PER_S:
                 raise ValueError(
-                    f"peak_tflops_per_s.{dtype} must be > 0, got {value}; "
+                    f"peak_tflops_per_s.{dtype} must be > 0 and <= {MAX_TFLOPS_PER_S:g}, "
+                    f"got {value}; "
                     "fix: give the chip's dense peak from its data sheet"
                 )
         for pattern in self.device_patterns:

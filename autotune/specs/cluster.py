@@ -8,7 +8,17 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import (
+    MAX_CHIPS,
+    MAX_DIM,
+    MAX_FACTOR,
+    MAX_GB_PER_S,
+    MAX_GIB,
+    MAX_LINKS,
+    MAX_SECONDS,
+    MAX_TFLOPS_PER_S,
+    Spec,
+)
 
 
 class Topology(str, Enum):
@@ -30,39 +40,67 @@ class Topology(str, Enum):
 class NodeSpec(Spec):
     """The scale-up domain of a switched or fully connected cluster."""
 
-    chips_per_node: int = Field(gt=0, description="Chips in one node (switch or xGMI domain).")
+    chips_per_node: int = Field(
+        gt=0,
+        le=MAX_CHIPS,
+        description="Chips in one node (switch or xGMI domain). Range: 1 to 2^24.",
+    )
     egress_gb_per_s: float | None = Field(
         default=None,
         gt=0,
-        description="switched: per-chip bandwidth into the switch, one direction, GB/s (1e9).",
+        le=MAX_GB_PER_S,
+        description="switched: per-chip bandwidth into the switch, one direction, GB/s (1e9). "
+        "Range: above 0, at most 1e6.",
     )
     links_per_chip: int | None = Field(
-        default=None, gt=0, description="fully_connected: direct links per chip (peers - 1)."
+        default=None,
+        gt=0,
+        le=MAX_LINKS,
+        description="fully_connected: direct links per chip (peers - 1). Range: 1 to 4096.",
     )
     link_gb_per_s: float | None = Field(
-        default=None, gt=0, description="fully_connected: one link, one direction, GB/s."
+        default=None,
+        gt=0,
+        le=MAX_GB_PER_S,
+        description="fully_connected: one link, one direction, GB/s. Range: above 0, at most 1e6.",
     )
 
 
 class ScaleOutSpec(Spec):
     """The network between nodes (rail-optimised InfiniBand / RoCE)."""
 
-    nic_gb_per_s: float = Field(gt=0, description="NIC bandwidth per chip, one direction, GB/s.")
-    rails: int = Field(gt=0, description="NICs (rails) per node, one per chip on HGX nodes.")
+    nic_gb_per_s: float = Field(
+        gt=0,
+        le=MAX_GB_PER_S,
+        description="NIC bandwidth per chip, one direction, GB/s. Range: above 0, at most 1e6.",
+    )
+    rails: int = Field(
+        gt=0,
+        le=MAX_LINKS,
+        description="NICs (rails) per node, one per chip on HGX nodes. Range: 1 to 4096.",
+    )
 
 
 class TorusSpec(Spec):
     """A torus (or mesh) of known dimensions."""
 
-    dims: list[int] = Field(description="Chips along each torus dimension, e.g. [8, 8, 4].")
+    dims: list[int] = Field(
+        description="Chips along each torus dimension, e.g. [8, 8, 4]. Range: each 1 to 2^24, "
+        "at most 8 dimensions."
+    )
     wraparound: list[bool] = Field(description="Whether each dimension wraps around (a ring).")
-    link_gb_per_s: float = Field(gt=0, description="One link, one direction, GB/s (1e9).")
+    link_gb_per_s: float = Field(
+        gt=0,
+        le=MAX_GB_PER_S,
+        description="One link, one direction, GB/s (1e9). Range: above 0, at most 1e6.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TorusSpec:
-        if not self.dims or any(d < 1 for d in self.dims):
+        if not 1 <= len(self.dims) <= 8 or any(not 1 <= d <= MAX_CHIPS for d in self.dims):
             raise ValueError(
-                f"torus.dims must be positive chip counts, got {self.dims}; fix: e.g. [8, 8, 4]"
+                f"torus.dims must be 1 to 8 chip counts of 1 to 2^24, got {self.dims}; "
+                "fix: e.g. [8, 8, 4]"
             )
         if len(self.wraparound) != len(self.dims):
             raise ValueError(
@@ -76,7 +114,9 @@ class ClusterSpec(Spec):
     """A cluster description (human units in its keys, converted on use)."""
 
     name: str = Field(description="Cluster name shown in reports.")
-    num_chips: int = Field(gt=0, description="Chips in the cluster.")
+    num_chips: int = Field(
+        gt=0, le=MAX_CHIPS, description="Chips in the cluster. Range: 1 to 2^24."
+    )
     topology: Topology = Field(
         default=Topology.TORUS,
         strict=False,
@@ -89,18 +129,30 @@ class ClusterSpec(Spec):
     peak_tflops_per_s: dict[str, float] | None = Field(
         default=None,
         description="Per-chip peak dense TFLOP/s by dtype, e.g. {bf16: 275}; taken from the "
-        "chip when omitted.",
+        "chip when omitted. Range: each above 0 and at most 1,000,000.",
     )
-    hbm_gib: float | None = Field(default=None, gt=0, description="Per-chip memory in GiB.")
+    hbm_gib: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_GIB,
+        description="Per-chip memory in GiB. Range: above 0, at most 2^20 (1 PiB).",
+    )
     block_size: int = Field(
-        default=8, gt=0, description="MeshSlice slicing block b (8 on TPU v4: 128x8 tiles)."
+        default=8,
+        gt=0,
+        le=MAX_DIM,
+        description="MeshSlice slicing block b (8 on TPU v4: 128x8 tiles). Range: 1 to 2^24.",
     )
     mesh_shapes: list[list[int]] | None = Field(
         default=None,
-        description="Allowed [rows, cols] meshes; omitted means every factor pair.",
+        description="Allowed [rows, cols] meshes; omitted means every factor pair. "
+        "Range: each side 1 to 2^24.",
     )
     min_axis_size: int = Field(
-        default=1, gt=0, description="Smallest allowed mesh side when mesh_shapes is omitted."
+        default=1,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Smallest allowed mesh side when mesh_shapes is omitted. Range: 1 to 2^24.",
     )
     calibration: str = Field(
         default="tpu-v4", description="Calibration preset name or path to a calibration JSON."
@@ -108,7 +160,9 @@ class ClusterSpec(Spec):
     overlap_slowdown: float | None = Field(
         default=None,
         ge=1.0,
-        description="Compute slowdown while communication overlaps it; overrides the calibration.",
+        le=MAX_FACTOR,
+        description="Compute slowdown while communication overlaps it; overrides the "
+        "calibration. Range: 1 to 1000.",
     )
     node: NodeSpec | None = Field(
         default=None, description="switched / fully_connected: the node (scale-up domain)."
@@ -121,29 +175,38 @@ class ClusterSpec(Spec):
     )
     source: str | None = Field(default=None, description="Where these figures come from.")
     hbm_gb_per_s: float | None = Field(
-        default=None, gt=0, description="Per-chip HBM bandwidth, GB/s (memory-bound ops)."
+        default=None,
+        gt=0,
+        le=MAX_GB_PER_S,
+        description="Per-chip HBM bandwidth, GB/s (memory-bound ops). Range: above 0, at most 1e6.",
     )
     attention_tflops_per_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_TFLOPS_PER_S,
         description="Sustained fused-attention rate per chip, TFLOP/s; omitted means the "
-        "calibration's GEMM rate.",
+        "calibration's GEMM rate. Range: above 0, at most 1e6.",
     )
     data_parallel_gb_per_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_GB_PER_S,
         description="Per-chip, per-direction bandwidth of the network tier data-parallel "
-        "collectives cross, GB/s.",
+        "collectives cross, GB/s. Range: above 0, at most 1e6.",
     )
     pipeline_gb_per_s: float | None = Field(
         default=None,
         gt=0,
-        description="Per-chip, per-direction bandwidth between pipeline stages, GB/s.",
+        le=MAX_GB_PER_S,
+        description="Per-chip, per-direction bandwidth between pipeline stages, GB/s. "
+        "Range: above 0, at most 1e6.",
     )
     network_latency_us: float | None = Field(
         default=None,
         ge=0,
-        description="Per-step latency of data-parallel and pipeline transfers, microseconds.",
+        le=MAX_SECONDS * 1e6,
+        description="Per-step latency of data-parallel and pipeline transfers, microseconds. "
+        "Range: 0 to 3.6e9.",
     )
 
     @model_validator(mode="after")
@@ -154,14 +217,15 @@ class ClusterSpec(Spec):
                 "`peak_tflops_per_s: {bf16: ...}`"
             )
         for dtype, value in (self.peak_tflops_per_s or {}).items():
-            if value <= 0:
+            if not 0 < value <= MAX_TFLOPS_PER_S:
                 raise ValueError(
-                    f"peak_tflops_per_s.{dtype} must be > 0, got {value}; fix: give the chip's peak"
+                    f"peak_tflops_per_s.{dtype} must be > 0 and <= {MAX_TFLOPS_PER_S:g}, "
+                    f"got {value}; fix: give the chip's peak in TFLOP/s"
                 )
         for shape in self.mesh_shapes or []:
-            if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+            if len(shape) != 2 or not (1 <= shape[0] <= MAX_CHIPS and 1 <= shape[1] <= MAX_CHIPS):
                 raise ValueError(
-                    f"mesh_shapes entry {shape} must be [rows, cols] with positive sides; "
+                    f"mesh_shapes entry {shape} must be [rows, cols] with sides 1 to 2^24; "
                     "fix: write each shape as a two-number list such as [16, 16]"
                 )
         self._check_topology()

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import MAX_DIM, MAX_LAYERS, Spec
 
 
 class FfnKind(str, Enum):
@@ -28,14 +28,27 @@ class ModelSpec(Spec):
     """A decoder-only transformer, as far as its FC layers are concerned."""
 
     name: str = Field(description="Model name shown in reports, e.g. gpt3-175b.")
-    num_layers: int = Field(gt=0, description="Transformer blocks.")
-    hidden_size: int = Field(gt=0, description="Model (residual stream) width.")
-    num_heads: int = Field(gt=0, description="Attention (query) heads.")
-    head_dim: int = Field(gt=0, description="Width of one attention head.")
-    num_kv_heads: int | None = Field(
-        default=None, gt=0, description="Key/value heads (GQA); omitted means num_heads (MHA)."
+    num_layers: int = Field(
+        gt=0, le=MAX_LAYERS, description="Transformer blocks. Range: 1 to 100,000."
     )
-    ffn_size: int = Field(gt=0, description="Feed-forward inner width.")
+    hidden_size: int = Field(
+        gt=0, le=MAX_DIM, description="Model (residual stream) width. Range: 1 to 2^24."
+    )
+    num_heads: int = Field(
+        gt=0, le=MAX_DIM, description="Attention (query) heads. Range: 1 to 2^24."
+    )
+    head_dim: int = Field(
+        gt=0, le=MAX_DIM, description="Width of one attention head. Range: 1 to 2^24."
+    )
+    num_kv_heads: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_DIM,
+        description="Key/value heads (GQA); omitted means num_heads (MHA). Range: 1 to 2^24.",
+    )
+    ffn_size: int = Field(
+        gt=0, le=MAX_DIM, description="Feed-forward inner width. Range: 1 to 2^24."
+    )
     ffn_kind: FfnKind = Field(
         default=FfnKind.GELU,
         strict=False,
@@ -44,8 +57,9 @@ class ModelSpec(Spec):
     vocab_size: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_DIM,
         description="Vocabulary size (embedding, output layer and loss; omitted means they "
-        "are left out of the step).",
+        "are left out of the step). Range: 1 to 2^24.",
     )
     position_encoding: PositionEncoding = Field(
         default=PositionEncoding.LEARNED, strict=False, description="learned or rotary."

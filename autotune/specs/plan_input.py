@@ -6,7 +6,7 @@ from enum import Enum
 
 from pydantic import Field
 
-from autotune.specs.base import Spec
+from autotune.specs.base import MAX_COUNT, Spec
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
@@ -46,7 +46,10 @@ class SearchSpec(Spec):
         description="gemm: forward/backward GEMMs each get their own S; layer: one S per layer.",
     )
     max_slice_count: int | None = Field(
-        default=None, gt=0, description="Largest S to consider; omitted means every valid S."
+        default=None,
+        gt=0,
+        le=MAX_COUNT,
+        description="Largest S to consider; omitted means every valid S. Range: 1 to 2^24.",
     )
     attention_locality: bool = Field(
         default=True,
@@ -55,7 +58,9 @@ class SearchSpec(Spec):
             "so attention itself needs no communication (the paper's assumption)."
         ),
     )
-    num_runner_ups: int = Field(default=4, ge=0, description="Other mesh shapes to report.")
+    num_runner_ups: int = Field(
+        default=4, ge=0, le=1000, description="Other mesh shapes to report. Range: 0 to 1000."
+    )
 
 
 class PlanInput(Spec):

@@ -7,7 +7,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from autotune.specs.base import Spec
+from autotune.specs.base import MAX_CHIPS, MAX_COUNT, MAX_GIB, MAX_LAYERS, Spec
 
 
 class DType(str, Enum):
@@ -53,30 +53,47 @@ class TrainingSpec(Spec):
     """Per-step work and how the chips divide it: data-parallel replicas,
     pipeline stages, micro-batches, recomputation, ZeRO stage."""
 
-    global_batch_sequences: int = Field(gt=0, description="Sequences per training step.")
-    sequence_length: int = Field(gt=0, description="Tokens per sequence.")
+    global_batch_sequences: int = Field(
+        gt=0, le=MAX_COUNT, description="Sequences per training step. Range: 1 to 2^24."
+    )
+    sequence_length: int = Field(
+        gt=0, le=MAX_COUNT, description="Tokens per sequence. Range: 1 to 2^24."
+    )
     dtype: DType = Field(default=DType.BF16, strict=False, description="bf16, fp16, fp32 or fp8.")
-    data_parallel: int = Field(default=1, gt=0, description="Data-parallel replicas.")
-    pipeline_parallel: int = Field(default=1, gt=0, description="Pipeline stages.")
+    data_parallel: int = Field(
+        default=1, gt=0, le=MAX_CHIPS, description="Data-parallel replicas. Range: 1 to 2^24."
+    )
+    pipeline_parallel: int = Field(
+        default=1, gt=0, le=MAX_CHIPS, description="Pipeline stages. Range: 1 to 2^24."
+    )
     micro_batches: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_COUNT,
         description="Micro-batches per step and replica; omitted means derived from "
-        "micro_batch_size, or 1.",
+        "micro_batch_size, or 1. Range: 1 to 2^24.",
     )
     micro_batch_size: int | None = Field(
-        default=None, gt=0, description="Sequences per micro-batch (alternative to micro_batches)."
+        default=None,
+        gt=0,
+        le=MAX_COUNT,
+        description="Sequences per micro-batch (alternative to micro_batches). Range: 1 to 2^24.",
     )
     interleave: int = Field(
         default=1,
         gt=0,
-        description="Model chunks per pipeline stage (interleaved 1F1B); 1 means plain 1F1B.",
+        le=MAX_LAYERS,
+        description="Model chunks per pipeline stage (interleaved 1F1B); 1 means plain 1F1B. "
+        "Range: 1 to 100,000.",
     )
     recompute: Recompute = Field(
         default=Recompute.NONE, strict=False, description="none, selective or full."
     )
     zero_stage: int = Field(
-        default=0, ge=0, le=3, description="ZeRO stage 0-3 over the data-parallel replicas."
+        default=0,
+        ge=0,
+        le=3,
+        description="ZeRO stage 0-3 over the data-parallel replicas. Range: 0 to 3.",
     )
     attention: AttentionKernel = Field(
         default=AttentionKernel.FLASH, strict=False, description="flash or unfused."
@@ -106,14 +123,15 @@ class TrainingSpec(Spec):
     workspace_gib: float = Field(
         default=1.0,
         ge=0,
+        le=MAX_GIB,
         description="Per-chip memory the framework holds besides tensors (runtime context, "
-        "GEMM and collective workspaces), GiB.",
+        "GEMM and collective workspaces), GiB. Range: 0 to 2^20.",
     )
     memory_reserve_fraction: float = Field(
         default=0.05,
         ge=0,
         lt=1,
-        description="Fraction of HBM kept free for allocator fragmentation.",
+        description="Fraction of HBM kept free for allocator fragmentation. Range: 0 to below 1.",
     )
 
     @model_validator(mode="after")

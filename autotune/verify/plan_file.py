@@ -10,30 +10,52 @@ one). Bad input becomes one-line `InputError`s naming the file and field.
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autotune.errors import InputError
 from autotune.loading import read_text, validate_spec
+from autotune.safe_load import parse_json
 
 PLAN_SCHEMA = "meshtune.plan/2"
 # Version 2 added the `job` section; the mesh and layer keys read here kept
 # their meaning, so documents written before it are still accepted.
 READABLE_SCHEMAS = (PLAN_SCHEMA, "meshtune.plan/1")
+MAX_VERIFY_CHIPS = 16_384  # chips the emulator runs (each is a Python-level object)
+MAX_SIDE = 2**24
+MAX_GEMM_DIM = 2**48  # tokens per micro-batch can reach 2^24 sequences x 2^24 tokens
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="ignore", frozen=True, strict=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class MeshPart(_Doc):
     """The logical mesh the plan runs on."""
 
-    num_rows: int = Field(ge=1, description="Chips along the row axis.")
-    num_cols: int = Field(ge=1, description="Chips along the col axis.")
-    block_size: int = Field(ge=1, description="Slicing block b (elements).")
+    num_rows: int = Field(
+        ge=1, le=MAX_SIDE, description="Chips along the row axis. Range: 1 to 2^24."
+    )
+    num_cols: int = Field(
+        ge=1, le=MAX_SIDE, description="Chips along the col axis. Range: 1 to 2^24."
+    )
+    block_size: int = Field(
+        ge=1, le=MAX_SIDE, description="Slicing block b (elements). Range: 1 to 2^24."
+    )
+
+    @model_validator(mode="after")
+    def _check_chips(self) -> MeshPart:
+        chips = self.num_rows * self.num_cols
+        if chips > MAX_VERIFY_CHIPS:
+            raise ValueError(
+                f"num_rows * num_cols is {chips}, more than the {MAX_VERIFY_CHIPS} chips "
+                "verify emulates; fix: verify the plan of a smaller mesh (the schedule's "
+                "correctness does not depend on the chip count beyond its factors)"
+            )
+        return self
 
 
 class GemmPart(_Doc):
@@ -44,10 +66,16 @@ class GemmPart(_Doc):
     )
     dataflow: Literal["OS", "LS", "RS"] = Field(description="2D GEMM dataflow.")
     transposed: bool = Field(description="Plain schedule on the transposed mesh.")
-    m: int = Field(ge=1, description="Output rows (elements).")
-    n: int = Field(ge=1, description="Output columns (elements).")
-    k: int = Field(ge=1, description="Contraction size (elements).")
-    num_slices: int = Field(description="MeshSlice slice count S.")
+    m: int = Field(ge=1, le=MAX_GEMM_DIM, description="Output rows (elements). Range: 1 to 2^48.")
+    n: int = Field(
+        ge=1, le=MAX_GEMM_DIM, description="Output columns (elements). Range: 1 to 2^48."
+    )
+    k: int = Field(
+        ge=1, le=MAX_GEMM_DIM, description="Contraction size (elements). Range: 1 to 2^48."
+    )
+    num_slices: int = Field(
+        ge=1, le=MAX_SIDE, description="MeshSlice slice count S. Range: 1 to 2^24."
+    )
     expression: str | None = Field(
         default=None, description="The GEMM in Table 1 notation, e.g. `dX = LS(dY, W)`."
     )
@@ -57,9 +85,13 @@ class LayerPart(_Doc):
     """One FC layer `Y = X @ W`."""
 
     name: str = Field(description="Layer name.")
-    in_features: int = Field(ge=1, description="I: columns of X, rows of W.")
-    out_features: int = Field(ge=1, description="O: columns of W and Y.")
-    tokens: int = Field(ge=1, description="T: rows of X and Y.")
+    in_features: int = Field(
+        ge=1, le=MAX_GEMM_DIM, description="I: columns of X, rows of W. Range: 1 to 2^48."
+    )
+    out_features: int = Field(
+        ge=1, le=MAX_GEMM_DIM, description="O: columns of W and Y. Range: 1 to 2^48."
+    )
+    tokens: int = Field(ge=1, le=MAX_GEMM_DIM, description="T: rows of X and Y. Range: 1 to 2^48.")
     gemms: list[GemmPart] = Field(min_length=1, description="The layer's GEMMs.")
 
 
@@ -73,16 +105,11 @@ class PlanPart(_Doc):
 
 def read_plan(path: str) -> PlanPart:
     """Load and check a plan JSON file (InputError on bad input)."""
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"is not valid JSON: {exc.msg}",
-            file=path,
-            line=exc.lineno,
-            fix="pass the file `meshtune plan --format json` (or --out) wrote",
-        ) from None
+    data = parse_json(
+        read_text(path),
+        file=path,
+        fix="pass the file `meshtune plan --format json` (or --out) wrote",
+    )
     if not isinstance(data, dict):
         raise InputError(
             "must be a JSON object (a plan document)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from autotune.render_text import user_text
 from autotune.verify.runner import GemmCheck, VerifyResult
 
 VERIFY_SCHEMA = "meshtune.verify/1"
@@ -43,7 +44,7 @@ def to_json(result: VerifyResult) -> str:
         "worst_relative_error": result.worst_relative_error,
         "gemms": [_check_doc(c) for c in result.checks],
     }
-    return json.dumps(doc, indent=2) + "\n"
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
 _PASS_LABELS = {"forward": "fwd", "backward_data": "bwd data", "backward_weight": "bwd weight"}
@@ -65,7 +66,7 @@ def render_verify(result: VerifyResult) -> None:
         console = Console(width=120)
     table = Table(
         title=(
-            f"meshtune verify: {result.plan_file} on a {result.mesh} mesh, "
+            f"meshtune verify: {user_text(result.plan_file)} on a {result.mesh} mesh, "
             f"block {result.block_size}, backend {result.backend} ({result.dtype})"
         ),
         title_justify="left",

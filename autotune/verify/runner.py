@@ -114,6 +114,21 @@ class VerifyResult:
         return max(c.max_relative_error for c in self.checks)
 
 
+MAX_EMULATED_ELEMENTS = 2**26  # matrix elements of one scaled-down layer (512 MiB in float64)
+
+
+def _check_emulated_size(layer: LayerPart, elements: int, file: str) -> None:
+    """Refuse a layer whose scaled-down matrices would not fit in memory."""
+    if elements > MAX_EMULATED_ELEMENTS:
+        raise InputError(
+            f"{layer.name}: the scaled-down GEMMs need {elements} matrix elements, more than "
+            f"the {MAX_EMULATED_ELEMENTS} verify runs",
+            file=file,
+            field="layers",
+            fix="verify a plan with smaller slice counts, block size or mesh",
+        )
+
+
 def validate_plan(plan: PlanPart, file: str) -> None:
     """Refuse, before running anything, a GEMM whose matrices do not shard
     over the mesh or whose slice count is invalid for the plan's own sizes."""
@@ -210,8 +225,11 @@ def _operand(term: Term, matrices: dict[str, np.ndarray]) -> np.ndarray:
 class Verifier:
     """Runs a plan's GEMMs on one engine and collects `GemmCheck`s."""
 
-    def __init__(self, plan: PlanPart, engine: Engine, dtype: type = np.float64) -> None:
+    def __init__(
+        self, plan: PlanPart, engine: Engine, dtype: type = np.float64, file: str | None = None
+    ) -> None:
         self.plan = plan
+        self.file = file
         self.engine = engine
         self.dtype = np.dtype(dtype)
         self.mesh = MeshShape(plan.mesh.num_rows, plan.mesh.num_cols)
@@ -276,6 +294,7 @@ class Verifier:
         ]
         size = scale_layer(scheds, self.mesh, self.block)
         t, i, o = size["T"], size["I"], size["O"]
+        _check_emulated_size(layer, t * i + i * o + t * o, self.file)
         x, w, dy = self._random((t, i)), self._random((i, o)), self._random((t, o))
         matrices = {"X": x, "W": w, "dY": dy}
         reference = {"Y": x @ w, "dX": dy @ w.T, "dW": x.T @ dy}
@@ -293,6 +312,8 @@ class Verifier:
     def _gemm_alone(self, layer: LayerPart, g: GemmPart) -> GemmCheck:
         df = Dataflow(g.dataflow)
         mnk = scale_gemm(GemmSchedule(df, g.transposed, g.num_slices), self.mesh, self.block)
+        m, n, k = mnk
+        _check_emulated_size(layer, m * k + k * n + m * n, self.file)
         shape_a, shape_b = operand_shapes(df, *mnk)
         a, b = self._random(shape_a), self._random(shape_b)
         want = reference_product(df, a, b)
@@ -304,7 +325,7 @@ def verify_plan(
 ) -> VerifyResult:
     """Validate the plan (InputError before running), then run every GEMM."""
     validate_plan(plan, file)
-    verifier = Verifier(plan, engine, dtype)
+    verifier = Verifier(plan, engine, dtype, file)
     checks: list[GemmCheck] = []
     for layer in plan.layers:
         checks.extend(verifier.layer_checks(layer))
