@@ -67,6 +67,14 @@ def _number(text: str, cast, *, file: str, line: int, field: str, fix: str):
     return value
 
 
+def _positive_float(text: str, *, file: str, line: int, field: str, fix: str) -> float:
+    """A finite number > 0, or a one-line InputError naming the cell."""
+    value = _number(text, float, file=file, line=line, field=field, fix=fix)
+    if value <= 0:
+        raise InputError("must be > 0", file=file, line=line, field=field, value=text, fix=fix)
+    return value
+
+
 def _positive_int(text: str, *, file: str, line: int, field: str) -> int:
     value = _number(
         text, int, file=file, line=line, field=field, fix=f"write {field} as a whole number >= 1"
@@ -134,23 +142,13 @@ def _collective_fields(
             value=row["ring_size"],
             fix="measure rings of 2 or more chips",
         )
-    shard = _number(
+    shard = _positive_float(
         row["shard_bytes"],
-        float,
         file=path,
         line=line,
         field="shard_bytes",
         fix="write the per-chip piece in bytes (> 0)",
     )
-    if shard <= 0:
-        raise InputError(
-            "must be > 0",
-            file=path,
-            line=line,
-            field="shard_bytes",
-            value=row["shard_bytes"],
-            fix="write the per-chip piece in bytes (> 0)",
-        )
     return CollectiveOp(row["op"]), Axis(row["axis"]), ring, shard
 
 
@@ -218,23 +216,13 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                 fix="write one value (or nothing) per column",
             )
         row = {name: cell.strip() for name, cell in zip(header, cells, strict=True)}
-        seconds = _number(
+        seconds = _positive_float(
             row["seconds"],
-            float,
             file=path,
             line=line,
             field="seconds",
             fix="write the measured time in seconds (> 0)",
         )
-        if seconds <= 0:
-            raise InputError(
-                "must be > 0",
-                file=path,
-                line=line,
-                field="seconds",
-                value=row["seconds"],
-                fix="write the measured time in seconds (> 0)",
-            )
         dtype = row["dtype"].lower()
         if dtype and dtype not in DTYPES:
             raise InputError(

@@ -138,6 +138,16 @@ def _link_spec(fit: CommFit, unit_links: float = 1.0) -> LinkSpec:
     )
 
 
+def _out_of_range(exc: ValidationError) -> str:
+    """What a fitted value outside its plausible range was, in one phrase."""
+    problem = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in problem.get("loc", ()))
+    return (
+        f"fitted {where} = {problem.get('input')!r} is outside its plausible range "
+        "(docs/reliability.md); check the measurements"
+    )
+
+
 def _compute_spec(fit: ComputeFit, chip: ChipSpec | None) -> ComputeSpec:
     m_half, n_half, k_half = fit.halves
     m_err, n_err, k_err = fit.halves_stderr
@@ -247,12 +257,7 @@ def build_result(
         try:
             link = _link_spec(fit, unit_links)
         except ValidationError as exc:  # a fitted value outside its plausible range
-            problem = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in problem.get("loc", ()))
-            warnings.append(
-                f"{pair}: not written: fitted {where} = {problem.get('input')!r} is outside "
-                "its plausible range (docs/reliability.md); check the measurements"
-            )
+            warnings.append(f"{pair}: not written: {_out_of_range(exc)}")
             continue
         collectives.setdefault(fit.op.value, {})[key] = link
         resource_notes.append(f"{pair}: {why}")
@@ -277,13 +282,20 @@ def build_result(
                     collectives.setdefault(op, {})[axis] = link
                     kept.append(f"{op}.{axis}")
     from_preset: list[str] = []
+    compute: ComputeSpec | None = None
     if compute_fit is not None:
-        compute = _compute_spec(compute_fit, chip)
-        if compute_fit.note:
-            warnings.append(f"compute: {compute_fit.note}")
-        if compute_fit.rms_rel_error > POOR_FIT_RMS:
-            rms = compute_fit.rms_rel_error
-            warnings.append(f"compute: poor fit, RMS relative error {rms:.0%}")
+        try:
+            compute = _compute_spec(compute_fit, chip)
+        except ValidationError as exc:  # a fitted value outside its plausible range
+            warnings.append(f"compute: not written: {_out_of_range(exc)}")
+        else:
+            if compute_fit.note:
+                warnings.append(f"compute: {compute_fit.note}")
+            if compute_fit.rms_rel_error > POOR_FIT_RMS:
+                rms = compute_fit.rms_rel_error
+                warnings.append(f"compute: poor fit, RMS relative error {rms:.0%}")
+    if compute is not None:
+        pass  # the fitted curve stands; otherwise the fallbacks below
     elif base is not None:
         compute = base.compute
         kept.append("compute")
