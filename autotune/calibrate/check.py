@@ -141,34 +141,16 @@ def check(
             )
         for g in parsed.gemms:
             what = f"gemm {g.m}x{g.n}x{g.k} {g.dtype}"
-            if compute is None or calibration.compute is None:
+            unpriced = (
+                "the calibration has no compute entry"
+                if compute is None or calibration.compute is None
+                else f"the calibration's compute is {calibration.compute.dtype}"
+                if g.dtype != calibration.compute.dtype
+                else None
+            )
+            if unpriced is not None:
                 rows.append(
-                    CheckRow(
-                        g.file,
-                        g.line,
-                        "gemm",
-                        what,
-                        g.seconds,
-                        None,
-                        None,
-                        False,
-                        "the calibration has no compute entry",
-                    )
-                )
-                continue
-            if g.dtype != calibration.compute.dtype:
-                rows.append(
-                    CheckRow(
-                        g.file,
-                        g.line,
-                        "gemm",
-                        what,
-                        g.seconds,
-                        None,
-                        None,
-                        False,
-                        f"the calibration's compute is {calibration.compute.dtype}",
-                    )
+                    CheckRow(g.file, g.line, "gemm", what, g.seconds, None, None, False, unpriced)
                 )
                 continue
             curve = calibration.compute.efficiency_curve
