@@ -172,3 +172,21 @@ def test_narayanan_1t_row_matches_the_abstract():
     gpus, tflops = row[6], row[11]
     assert gpus == 3072
     assert tflops * gpus / 1e3 == pytest.approx(502, rel=0.005)
+
+
+def test_narayanan_rows_match_the_table_transcript():
+    """Every Table 1 row of the fixture against a third-party transcription of
+    the table (fixtures/published/README.md cites it): the configuration
+    columns and the teraFLOP/s agree exactly, and the transcript is
+    self-consistent (its percentage of the 312 TFLOP/s peak and its aggregate
+    petaFLOP/s follow from its teraFLOP/s and GPU count, up to rounding)."""
+    data = yaml.safe_load(FIXTURE.read_text())["narayanan2021_table1"]
+    lines = (FIXTURE.parent / "megatron_sc21_table1_transcript.csv").read_text().splitlines()
+    transcript = [[cell.strip() for cell in line.split(",")] for line in lines[1:]]
+    assert len(transcript) == len(data) == 10
+    for ours, theirs in zip(data, transcript, strict=True):
+        _, heads, hidden, layers, tp, pp, gpus, batch, *_, tflops = ours
+        assert [heads, hidden, layers, tp, pp, gpus, batch, tflops] == [int(c) for c in theirs[1:9]]
+        assert int(theirs[9].rstrip("%")) == round(100 * tflops / 312)
+        # teraFLOP/s are printed rounded to integers: at most 0.5 / 135 off
+        assert float(theirs[10]) == pytest.approx(tflops * gpus / 1e3, rel=0.004)
