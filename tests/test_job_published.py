@@ -29,7 +29,11 @@ CALIBRATIONS = ("a100-nominal",)
 # Tolerances the docs state (docs/accuracy.md), per calibration: (median,
 # largest) |error|; a change of the model that makes the predictions worse
 # than these fails here.
-KORTHIKANTI_TOLERANCE = {"a100-nominal": (0.05, 0.13)}
+KORTHIKANTI_TOLERANCE = {"a100-nominal": (0.07, 0.13)}
+# Table 4 (one layer of the 22B model): |error| of forward + backward.
+TABLE4_TOLERANCE = {"a100-nominal": (0.03, 0.06)}
+# Section 6.3 (530B on 2240 GPUs, 8-way data parallelism).
+DP8_TOLERANCE = 0.10
 NARAYANAN_TOLERANCE = {"a100-nominal": (0.15, 0.30)}
 
 
@@ -45,7 +49,9 @@ def _model(name, heads, hidden, layers):
     }
 
 
-def _predict(tmp: Path, model: dict, training: dict, gpus: int, calibration: str):
+def _predict(
+    tmp: Path, model: dict, training: dict, gpus: int, calibration: str, check_memory: bool = True
+):
     training = {
         "sequence_length": SEQ,
         "attention": "unfused",
@@ -63,25 +69,29 @@ def _predict(tmp: Path, model: dict, training: dict, gpus: int, calibration: str
     }
     path.write_text(yaml.safe_dump(data))
     inp = load_plan_input(str(path), None, None)
-    return plan_job(inp, plan(inp))
+    return plan_job(inp, plan(inp), check_memory=check_memory)
 
 
 def korthikanti_rows(tmp: Path, calibration: str) -> list[tuple[str, float, float]]:
     """(configuration, measured s, predicted s) for every Table 5 cell."""
-    data = yaml.safe_load(FIXTURE.read_text())["korthikanti2022_table5"]
+    fixture = yaml.safe_load(FIXTURE.read_text())
+    chunks = fixture["korthikanti2022_interleave"]
     rows = []
-    for name, heads, hidden, layers, tp, pp, gpus, batch, mbs, full_s, sel_s in data:
+    for name, heads, hidden, layers, tp, pp, gpus, batch, mbs, full_s, sel_s in fixture[
+        "korthikanti2022_table5"
+    ]:
         for mode, measured in (("full", full_s), ("selective", sel_s)):
             training = {
                 "global_batch_sequences": batch,
                 "pipeline_parallel": pp,
                 "micro_batch_size": mbs,
+                "interleave": chunks[name],
                 "recompute": mode,
                 "sequence_parallel": mode == "selective",
             }
             job = _predict(tmp, _model(name, heads, hidden, layers), training, gpus, calibration)
             assert job.tensor_parallel == tp
-            label = f"{name} TP{tp} PP{pp} {gpus} GPUs, {mode}"
+            label = f"{name} TP{tp} PP{pp} v{chunks[name]} {gpus} GPUs, {mode}"
             rows.append((label, measured, job.step_s))
     return rows
 
@@ -190,3 +200,72 @@ def test_narayanan_rows_match_the_table_transcript():
         assert int(theirs[9].rstrip("%")) == round(100 * tflops / 312)
         # teraFLOP/s are printed rounded to integers: at most 0.5 / 135 off
         assert float(theirs[10]) == pytest.approx(tflops * gpus / 1e3, rel=0.004)
+
+
+@pytest.mark.parametrize("calibration", CALIBRATIONS)
+def test_korthikanti_table4_layer_times(repo_root, tmp_dir, calibration):
+    """One block of the 22B model, one micro-batch of 4 (TP 8): forward and
+    backward milliseconds of Table 4 for each recomputation and sequence
+    parallelism setting. The forward and backward are printed separately;
+    the tolerance is on their sum (the paper overlaps part of the backward
+    all-reduce with the weight gradient GEMM, which the model prices as
+    exposed: the split moves between the two, see docs/accuracy.md)."""
+    fixture = yaml.safe_load(FIXTURE.read_text())
+    model = _model("22B", 64, 6144, 48)
+    print(f"\nKorthikanti et al. 2022, Table 4: one 22B layer, TP 8, mbs 4 ({calibration})")
+    print(
+        f"{'experiment':<26}{'fwd ms':>8}{'pred':>7}{'bwd ms':>8}{'pred':>7}"
+        f"{'sum':>7}{'pred':>7}{'error':>8}"
+    )
+    errors = []
+    for label, mode, sp, fwd_ms, bwd_ms in fixture["korthikanti2022_table4"]:
+        training = {
+            "global_batch_sequences": 4,
+            "pipeline_parallel": 1,
+            "micro_batch_size": 4,
+            "recompute": mode,
+            "sequence_parallel": sp,
+        }
+        # per-layer times: the whole 48-layer model without recomputation
+        # does not fit in 80 GB (the paper's Figure 1), a single layer does
+        job = _predict(tmp_dir, model, training, 8, calibration, check_memory=False)
+        fwd, bwd = job.layer.forward_s * 1e3, job.layer.backward_s * 1e3
+        err = (fwd + bwd) / (fwd_ms + bwd_ms) - 1
+        errors.append(err)
+        print(
+            f"{label:<26}{fwd_ms:>8.1f}{fwd:>7.2f}{bwd_ms:>8.1f}{bwd:>7.2f}"
+            f"{fwd_ms + bwd_ms:>7.1f}{fwd + bwd:>7.2f}{err * 100:>7.1f}%"
+        )
+    med = statistics.median(abs(e) for e in errors)
+    print(f"median |error| {med * 100:.1f}%, largest {max(abs(e) for e in errors) * 100:.1f}%")
+    median_tol, largest_tol = TABLE4_TOLERANCE[calibration]
+    assert med <= median_tol and max(abs(e) for e in errors) <= largest_tol
+
+
+@pytest.mark.parametrize("calibration", CALIBRATIONS)
+def test_korthikanti_530b_with_data_parallelism(repo_root, tmp_dir, calibration):
+    """Section 6.3: the 530B model on 2240 GPUs (8-way data parallelism,
+    gradient all-reduce not overlapped), selective recomputation with
+    sequence parallelism: 39.15 s per iteration, and slower than the same
+    run without data parallelism (37.83 s) by the all-reduce."""
+    fixture = yaml.safe_load(FIXTURE.read_text())
+    run = fixture["korthikanti2022_530b_dp8"]
+    training = {
+        "global_batch_sequences": run["global_batch"],
+        "pipeline_parallel": 35,
+        "data_parallel": run["data_parallel"],
+        "micro_batch_size": 1,
+        "interleave": fixture["korthikanti2022_interleave"]["530B"],
+        "recompute": "selective",
+        "sequence_parallel": True,
+        "overlap_data_parallel": False,
+    }
+    job = _predict(tmp_dir, _model("530B", 128, 20480, 105), training, run["gpus"], calibration)
+    err = job.step_s / run["seconds"] - 1
+    print(
+        f"\n530B TP8 PP35 DP8 on 2240 GPUs, selective ({calibration}): measured "
+        f"{run['seconds']:.2f}s predicted {job.step_s:.2f}s ({err * 100:+.1f}%), "
+        f"exposed all-reduce {job.data_parallel_exposed_s:.2f}s"
+    )
+    assert abs(err) <= DP8_TOLERANCE
+    assert job.data_parallel_exposed_s > 0

@@ -100,6 +100,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
     table = yaml.safe_load((repo_root / FIXTURES / "megatron_a100.yaml").read_text())
     errors = []
     print("\nKorthikanti et al. 2022 Table 5 with the search's closed form")
+    chunks = table["korthikanti2022_interleave"]
     for row in table["korthikanti2022_table5"]:
         name, heads, hidden, layers, tp, pp, gpus, batch, mbs, full_s, sel_s = row
         model = ModelSpec(
@@ -119,7 +120,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
                 pipeline_parallel=pp,
                 data_parallel=gpus // (tp * pp),
                 micro_batch_size=mbs,
-                interleave=1,
+                interleave=chunks[name],
                 recompute=mode,
                 zero_stage=0,
                 **ERA,
