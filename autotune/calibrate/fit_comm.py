@@ -79,6 +79,8 @@ class CommFit:
     regimes: tuple[tuple[float, float, float, float], ...] = ()
     cv: CrossValidationResult | None = None
     resource: str | None = None
+    #: how pieces above the largest measured one are predicted (regimes only)
+    extrapolation: str | None = None
 
     @property
     def outliers(self) -> tuple[tuple[str, int, float], ...]:
@@ -394,6 +396,7 @@ def fit_collective(
         rel_errors=tuple(rel.tolist()),
         inlier=tuple(bool(b) for b in inlier),
         cv=cv,
+        extrapolation=found.extrapolation or None,
     )
 
 

@@ -131,6 +131,7 @@ def _link_spec(fit: CommFit, unit_links: float = 1.0) -> LinkSpec:
             model=fit.model,
             shard_bytes_min=fit.shard_bytes_range[0],
             shard_bytes_max=fit.shard_bytes_range[1],
+            extrapolation=fit.extrapolation,
             resource=fit.resource,
             cross_validation=_cross_validation(fit),
             outliers=[f"{f}:{line} ({err:+.0%})" for f, line, err in fit.outliers],
