@@ -180,6 +180,30 @@ def test_check_reports_the_error_above_a_32_mib_cut(repo_root, tmp_path):
     assert "extrapolated" in table.output and "median" in table.output
 
 
+def test_a_log_cut_while_the_bandwidth_climbs_is_warned_about(repo_root, tmp_path):
+    """The 16 x MI355X log cut at a 32 MiB message: its average bandwidth
+    still grows 32% per doubling at the top, so the calibration says larger
+    pieces will likely run faster than predicted (fit.extrapolation and a
+    warning); the full log has settled and is not warned about."""
+    source = LOGS / "mi355x_2node_rccl_all_reduce_perf.txt"
+    kept = [
+        ln
+        for ln in source.read_text().splitlines()
+        if not (ln.split() and ln.split()[0].isdigit() and int(ln.split()[0]) > 32 * 2**20)
+    ]
+    cut = tmp_path / "mi355x_cut_all_reduce_perf.txt"
+    cut.write_text("\n".join(kept) + "\n")
+    runner = CliRunner()
+    for log, climbing in ((cut, True), (source, False)):
+        out = tmp_path / "cal.json"
+        result = runner.invoke(main, ["calibrate", str(log), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        fit = json.loads(out.read_text())["collectives"]["all_reduce"]["scale_out"]["fit"]
+        text = " ".join(result.output.split())
+        assert ("will likely run faster" in fit["extrapolation"]) is climbing
+        assert ("the bandwidth was still climbing" in text) is climbing
+
+
 def test_gemm_table_held_out_and_never_above_peak(repo_root):
     gemms = read_input("tests/fixtures/public_gemm/h800_fp16_tilelang.csv", (Axis.ROW,)).gemms
     chip = load_chip("h100-sxm")

@@ -170,6 +170,7 @@ def test_a_settled_top_extrapolates_with_the_marginal_rate():
     fit = with_top_regime(fit_regimes(ring, shard, t, 3), ring, shard, t)
     assert fit.bounds[-1] == 2.0**28
     assert "marginal rate" in fit.extrapolation and "+9%" in fit.extrapolation
+    assert not fit.still_climbing
     beyond = fit.predict(np.array([8.0]), np.array([2.0**30]))[0]
     assert beyond == pytest.approx(t_knee + 7 * (2**30 - knee) / 3e11, rel=1e-9)
 
@@ -184,6 +185,7 @@ def test_a_still_climbing_top_keeps_the_slower_line_and_says_so():
     fit = with_top_regime(fit_regimes(ring, shard, t, 3), ring, shard, t)
     assert "line through the 3 largest sizes" in fit.extrapolation
     assert "will likely run faster" in fit.extrapolation
+    assert fit.still_climbing
     piece = 2.0**30
     truth = 20e-6 + 7 * piece / (3e11 * (piece / 2.0**34) ** 0.5)
     assert fit.predict(np.array([8.0]), np.array([piece]))[0] > truth

@@ -81,6 +81,8 @@ class CommFit:
     resource: str | None = None
     #: how pieces above the largest measured one are predicted (regimes only)
     extrapolation: str | None = None
+    #: pieces beyond the measured range will likely run faster than predicted
+    still_climbing: bool = False
 
     @property
     def outliers(self) -> tuple[tuple[str, int, float], ...]:
@@ -397,6 +399,7 @@ def fit_collective(
         inlier=tuple(bool(b) for b in inlier),
         cv=cv,
         extrapolation=found.extrapolation or None,
+        still_climbing=found.still_climbing,
     )
 
 

@@ -79,6 +79,9 @@ class RegimeFit:
     #: how the last regime predicts beyond the largest measured size ("" when
     #: the last fitted regime does)
     extrapolation: str = ""
+    #: the bandwidth was still climbing at the top of the measured range, so
+    #: pieces beyond it will likely run faster than predicted
+    still_climbing: bool = False
 
     def regime_of(self, shard_bytes: np.ndarray) -> np.ndarray:
         """Regime index of each piece."""
@@ -307,6 +310,7 @@ def with_top_regime(
         top_line, _ = _line(ring[top], shard[top], t[top], len(np.unique(ring[top])) > 1)
         basis = f"the line through the {TOP_SIZES} largest sizes"
     marginal = _marginal_line(ring, shard, t)
+    climbing = False
     if marginal is not None:
         line, growth = marginal
         if growth <= TOP_GROWTH_MAX and line[2] < top_line[2]:
@@ -316,16 +320,18 @@ def with_top_regime(
                 f"{growth:+.0%} over the last doubling)"
             )
         elif growth > TOP_GROWTH_MAX:
+            climbing = True
             basis += (
                 f": the average bandwidth still grew {growth:+.0%} over the last "
                 "doubling, so larger sizes will likely run faster than predicted"
             )
     if top_line == fit.coefs[-1] and len(last_sizes) <= TOP_SIZES:
-        return replace(fit, extrapolation=basis)
+        return replace(fit, extrapolation=basis, still_climbing=climbing)
     return RegimeFit(
         bounds=(*fit.bounds, float(sizes[-1])),
         coefs=(*fit.coefs, top_line),
         extrapolation=basis,
+        still_climbing=climbing,
     )
 
 

@@ -266,6 +266,12 @@ def build_result(
             warnings.append(f"{pair}: poor fit, RMS relative error {fit.rms_rel_error:.0%}")
         if fit.note:
             warnings.append(f"{pair}: {fit.note}")
+        if fit.still_climbing:
+            warnings.append(
+                f"{pair}: the bandwidth was still climbing at the largest piece measured "
+                f"({fit.shard_bytes_range[1]:.4g} B), so larger pieces are likely predicted "
+                "too slow; measure up to the bandwidth plateau (1-8 GiB messages)"
+            )
         if fit.resource == "mixed":
             warnings.append(
                 f"{pair}: pools single-host and multi-host logs (intra-node and scale-out "
