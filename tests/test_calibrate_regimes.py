@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from autotune.calibrate.coverage import derive_links
 from autotune.calibrate.fit_compute import fit_gemm
 from autotune.calibrate.nccl_tests import _file_test_name, _launch_from_command
-from autotune.calibrate.regimes import choose_regime_count, fit_regimes
+from autotune.calibrate.regimes import choose_regime_count, fit_regimes, with_top_regime
 from autotune.calibrate.samples import GemmSample
 from autotune.errors import InputError
 from autotune.specs.calibration import LinkSpec, RegimeSpec
@@ -145,6 +145,50 @@ def test_a_noisy_straight_line_keeps_one_regime():
     ring = np.full_like(shard, 4.0)
     t = (12e-6 + 3 * shard / 3e10) * (1 + 0.05 * rng.standard_normal(shard.size))
     assert choose_regime_count(ring, shard, t)[0] == 1
+
+
+def _ramp_curve(plateau_shard: float, power: float):
+    """8 chips, pieces 1 KiB .. 256 MiB; the bandwidth climbs as
+    piece**power up to 3e11 B/s at `plateau_shard`, flat above."""
+    shard = 2.0 ** np.arange(10, 29)
+    ring = np.full_like(shard, 8.0)
+    bw = 3e11 * np.minimum(1.0, shard / plateau_shard) ** power
+    return ring, shard, 20e-6 + 7 * shard / bw
+
+
+def test_a_settled_top_extrapolates_with_the_marginal_rate():
+    """8 chips, 2.5e11 B/s up to 128 MiB pieces, 3e11 B/s from there (the
+    average bandwidth grows 9% over the last doubling): the regime beyond
+    the measured range is the line through the two largest points, not the
+    slower line through three, so a 1 GiB piece is predicted exactly:
+    t(128 MiB) + 7 * (1 GiB - 128 MiB) / 3e11."""
+    shard = 2.0 ** np.arange(10, 29)
+    ring = np.full_like(shard, 8.0)
+    knee = 2.0**27
+    t_knee = 20e-6 + 7 * knee / 2.5e11
+    t = np.where(shard <= knee, 20e-6 + 7 * shard / 2.5e11, t_knee + 7 * (shard - knee) / 3e11)
+    fit = with_top_regime(fit_regimes(ring, shard, t, 3), ring, shard, t)
+    assert fit.bounds[-1] == 2.0**28
+    assert "marginal rate" in fit.extrapolation and "+9%" in fit.extrapolation
+    assert not fit.still_climbing
+    beyond = fit.predict(np.array([8.0]), np.array([2.0**30]))[0]
+    assert beyond == pytest.approx(t_knee + 7 * (2**30 - knee) / 3e11, rel=1e-9)
+
+
+def test_a_still_climbing_top_keeps_the_slower_line_and_says_so():
+    """Bandwidth still rising as piece**0.5 at the largest size (the average
+    bandwidth grows ~40% per doubling): the marginal rate of the last two
+    sizes is not trusted; the line through the three largest predicts a
+    piece beyond them slower than the curve (conservative), and the basis
+    says larger pieces will likely run faster."""
+    ring, shard, t = _ramp_curve(2.0**34, 0.5)
+    fit = with_top_regime(fit_regimes(ring, shard, t, 3), ring, shard, t)
+    assert "line through the 3 largest sizes" in fit.extrapolation
+    assert "will likely run faster" in fit.extrapolation
+    assert fit.still_climbing
+    piece = 2.0**30
+    truth = 20e-6 + 7 * piece / (3e11 * (piece / 2.0**34) ** 0.5)
+    assert fit.predict(np.array([8.0]), np.array([piece]))[0] > truth
 
 
 def test_all_gather_derived_from_all_reduce_is_half_of_it():

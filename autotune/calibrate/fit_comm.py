@@ -79,6 +79,10 @@ class CommFit:
     regimes: tuple[tuple[float, float, float, float], ...] = ()
     cv: CrossValidationResult | None = None
     resource: str | None = None
+    #: how pieces above the largest measured one are predicted (regimes only)
+    extrapolation: str | None = None
+    #: pieces beyond the measured range will likely run faster than predicted
+    still_climbing: bool = False
 
     @property
     def outliers(self) -> tuple[tuple[str, int, float], ...]:
@@ -394,6 +398,8 @@ def fit_collective(
         rel_errors=tuple(rel.tolist()),
         inlier=tuple(bool(b) for b in inlier),
         cv=cv,
+        extrapolation=found.extrapolation or None,
+        still_climbing=found.still_climbing,
     )
 
 

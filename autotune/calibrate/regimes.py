@@ -23,11 +23,24 @@ off by more than TRUNCATE counts as TRUNCATE, so one spike cannot move a
 boundary). The boundary between two ranges is the geometric mean of the
 sizes on either side. K is chosen by leave-one-size-out cross-validation
 (:func:`choose_regime_count`).
+
+Beyond the largest measured size (:func:`with_top_regime`) one more regime
+continues the curve from its largest point. NCCL and RCCL raise their
+chunk size and channel count with the message, so the time per byte keeps
+falling until the library settles on its largest configuration; from there
+on the curve is a straight line whose slope is the marginal cost of a byte.
+When the top of the measured range is that straight line (the average
+bandwidth grew by at most TOP_GROWTH_MAX over the last doubling), the
+extrapolation uses the marginal rate between the two largest sizes; while
+the bandwidth still climbs steeply (or a protocol switch sits between the
+two largest sizes, which makes their difference no rate at all), it uses
+the line through the TOP_SIZES largest sizes, which is slower than the
+plateau to come: a conservative prediction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import nnls
@@ -39,6 +52,10 @@ MIN_SIZES = 3
 #: bandwidth at the top of the measured range (older, smaller sizes would
 #: drag in the lower bandwidth of a curve that is still rising)
 TOP_SIZES = 3
+#: largest growth of the average bandwidth per doubling of the size, between
+#: the two largest sizes, at which the curve counts as settled and their
+#: marginal rate is trusted for the extrapolation (see with_top_regime)
+TOP_GROWTH_MAX = 0.25
 #: most regimes tried
 MAX_REGIMES = 6
 #: relative error beyond which a point's squared error stops growing in the segmentation
@@ -59,6 +76,12 @@ class RegimeFit:
 
     bounds: tuple[float, ...]
     coefs: tuple[tuple[float, float, float], ...]
+    #: how the last regime predicts beyond the largest measured size ("" when
+    #: the last fitted regime does)
+    extrapolation: str = ""
+    #: the bandwidth was still climbing at the top of the measured range, so
+    #: pieces beyond it will likely run faster than predicted
+    still_climbing: bool = False
 
     def regime_of(self, shard_bytes: np.ndarray) -> np.ndarray:
         """Regime index of each piece."""
@@ -242,20 +265,74 @@ def choose_regime_count(
     return chosen, by_count[chosen]
 
 
+def _marginal_line(
+    ring: np.ndarray, shard: np.ndarray, t: np.ndarray
+) -> tuple[tuple[float, float, float], float] | None:
+    """The line through the two largest sizes (one ring size only): its
+    (launch, 0, seconds per byte) and the growth of the average bandwidth
+    per doubling of the size between them. None when it is no rate (more
+    than one ring size, a time that does not grow, a negative launch)."""
+    if len(np.unique(ring)) != 1:
+        return None
+    sizes = np.unique(shard)
+    if len(sizes) < 2:
+        return None
+    small, large = sizes[-2], sizes[-1]
+    t_small = float(np.median(t[shard == small]))
+    t_large = float(np.median(t[shard == large]))
+    steps = float(ring[0]) - 1.0
+    inv_bw = (t_large - t_small) / (steps * (large - small))
+    launch = t_large - steps * large * inv_bw
+    if inv_bw <= 0.0 or launch < 0.0:
+        return None
+    growth = (large / t_large) / (small / t_small)
+    per_doubling = growth ** (1.0 / np.log2(large / small)) - 1.0
+    return (launch, 0.0, inv_bw), float(per_doubling)
+
+
 def with_top_regime(
     fit: RegimeFit, ring: np.ndarray, shard: np.ndarray, t: np.ndarray
 ) -> RegimeFit:
-    """`fit` plus, when its last regime spans more than TOP_SIZES sizes, a
-    regime for pieces above the largest measured one: the line through the
-    TOP_SIZES largest sizes (the marginal bandwidth at the top of the
-    measured range). Inside the measured range nothing changes."""
+    """`fit` plus a regime for pieces above the largest measured one, which
+    continues from the top of the measured range (module docstring): the
+    marginal rate of the two largest sizes when the average bandwidth grew
+    by at most TOP_GROWTH_MAX over the last doubling and that rate is faster
+    than the fitted one (bandwidth does not fall with size), else the line
+    through the TOP_SIZES largest sizes (when the last regime spans more
+    sizes than that; otherwise the last regime itself). Inside the measured
+    range nothing changes; `extrapolation` says which was used."""
     sizes = np.unique(shard)
     last_sizes = sizes[sizes > fit.bounds[-1]] if fit.bounds else sizes
-    if len(last_sizes) <= TOP_SIZES:
-        return fit
-    top = shard >= sizes[-TOP_SIZES]
-    line, _ = _line(ring[top], shard[top], t[top], len(np.unique(ring[top])) > 1)
-    return RegimeFit(bounds=(*fit.bounds, float(sizes[-1])), coefs=(*fit.coefs, line))
+    top_line = fit.coefs[-1]
+    basis = f"the last regime's line ({len(last_sizes)} sizes)"
+    if len(last_sizes) > TOP_SIZES:
+        top = shard >= sizes[-TOP_SIZES]
+        top_line, _ = _line(ring[top], shard[top], t[top], len(np.unique(ring[top])) > 1)
+        basis = f"the line through the {TOP_SIZES} largest sizes"
+    marginal = _marginal_line(ring, shard, t)
+    climbing = False
+    if marginal is not None:
+        line, growth = marginal
+        if growth <= TOP_GROWTH_MAX and line[2] < top_line[2]:
+            top_line = line
+            basis = (
+                "the marginal rate of the two largest sizes (average bandwidth "
+                f"{growth:+.0%} over the last doubling)"
+            )
+        elif growth > TOP_GROWTH_MAX:
+            climbing = True
+            basis += (
+                f": the average bandwidth still grew {growth:+.0%} over the last "
+                "doubling, so larger sizes will likely run faster than predicted"
+            )
+    if top_line == fit.coefs[-1] and len(last_sizes) <= TOP_SIZES:
+        return replace(fit, extrapolation=basis, still_climbing=climbing)
+    return RegimeFit(
+        bounds=(*fit.bounds, float(sizes[-1])),
+        coefs=(*fit.coefs, top_line),
+        extrapolation=basis,
+        still_climbing=climbing,
+    )
 
 
 def regime_fitter(ring: np.ndarray, shard: np.ndarray, t: np.ndarray, num_regimes: int):

@@ -157,6 +157,13 @@ def render_calibration(
                         f"{bw * 1e-9:.1f}",
                     )
                 console.print(regime_table)
+                if f.extrapolation:
+                    console.print(
+                        f"{f.op.value}.{f.axis.value}: pieces above "
+                        f"{_bytes(f.shard_bytes_range[1])} (the largest measured) are "
+                        f"extrapolated with {f.extrapolation}",
+                        highlight=False,
+                    )
             if f.cv is not None and f.cv.note:
                 console.print(f"{f.op.value}.{f.axis.value}: {f.cv.note}", highlight=False)
             for file, line, err in f.outliers:

@@ -131,6 +131,7 @@ def _link_spec(fit: CommFit, unit_links: float = 1.0) -> LinkSpec:
             model=fit.model,
             shard_bytes_min=fit.shard_bytes_range[0],
             shard_bytes_max=fit.shard_bytes_range[1],
+            extrapolation=fit.extrapolation,
             resource=fit.resource,
             cross_validation=_cross_validation(fit),
             outliers=[f"{f}:{line} ({err:+.0%})" for f, line, err in fit.outliers],
@@ -265,6 +266,12 @@ def build_result(
             warnings.append(f"{pair}: poor fit, RMS relative error {fit.rms_rel_error:.0%}")
         if fit.note:
             warnings.append(f"{pair}: {fit.note}")
+        if fit.still_climbing:
+            warnings.append(
+                f"{pair}: the bandwidth was still climbing at the largest piece measured "
+                f"({fit.shard_bytes_range[1]:.4g} B), so larger pieces are likely predicted "
+                "too slow; measure up to the bandwidth plateau (1-8 GiB messages)"
+            )
         if fit.resource == "mixed":
             warnings.append(
                 f"{pair}: pools single-host and multi-host logs (intra-node and scale-out "

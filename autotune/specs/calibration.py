@@ -107,6 +107,11 @@ class CollectiveFit(Spec):
         gt=0,
         description="Largest per-chip piece measured, bytes; larger pieces are extrapolated.",
     )
+    extrapolation: str | None = Field(
+        default=None,
+        description="How pieces above shard_bytes_max are predicted (the rate the last "
+        "regime continues with, and whether larger pieces will likely run faster).",
+    )
     resource: str | None = Field(
         default=None,
         description="What the measured rings crossed: intra_node (one host) or scale_out "
