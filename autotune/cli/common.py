@@ -27,6 +27,7 @@ from autotune.errors import (
     Terminated,
     shorten,
 )
+from autotune.processes import terminate_children
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,39 +38,6 @@ def fail(line: str, code: int) -> None:
     """Print `line` (whitespace collapsed to one line) on stderr and exit."""
     click.echo(f"meshtune: {' '.join(line.split())}", err=True)
     sys.exit(code)
-
-
-def _child_pids() -> list[int]:
-    """This process's direct children (Linux /proc; elsewhere none found)."""
-    me = os.getpid()
-    children = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # the command name is in parentheses and may hold spaces: split after it
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(me):
-            children.append(int(entry))
-    return children
-
-
-def terminate_children() -> None:
-    """Send SIGTERM to the child processes this process started (an external
-    solver, say), so an interrupted command leaves none running."""
-    for pid in _child_pids():
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
 
 
 def interrupted(exc: KeyboardInterrupt) -> None:
