@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+
+# The name of a thread that runs an in-process solver (HiGHS). Interrupted,
+# the solver stops at its next interrupt check, which can take a second; the
+# interpreter's shutdown must not wait for it or tear down its memory under it.
+SOLVER_THREAD = "meshtune-solver"
 
 
 def child_pids() -> list[int]:
@@ -38,3 +44,8 @@ def terminate_children() -> None:
             os.kill(pid, signal.SIGTERM)
         except OSError:
             pass
+
+
+def solver_thread_running() -> bool:
+    """True while an in-process solver's thread (SOLVER_THREAD) still runs."""
+    return any(t.name == SOLVER_THREAD and t.is_alive() for t in threading.enumerate())

@@ -27,7 +27,7 @@ from autotune.errors import (
     Terminated,
     shorten,
 )
-from autotune.processes import terminate_children
+from autotune.processes import solver_thread_running, terminate_children
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,8 +45,20 @@ def interrupted(exc: KeyboardInterrupt) -> None:
     with one line."""
     terminate_children()
     if isinstance(exc, Terminated):
-        fail("terminated (SIGTERM)", EXIT_TERMINATED)
-    fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+        line, code = "terminated (SIGTERM)", EXIT_TERMINATED
+    else:
+        line, code = "interrupted (Ctrl-C)", EXIT_INTERRUPTED
+    if solver_thread_running():
+        # HiGHS still finishing its step after the interrupt (every cleanup has
+        # run by now): a normal exit would wait for it, or abort under it.
+        click.echo(f"meshtune: {line}", err=True)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    fail(line, code)
 
 
 def usage_error(exc: click.ClickException) -> None:
