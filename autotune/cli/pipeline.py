@@ -7,17 +7,6 @@ import math
 import click
 
 from autotune.cli.common import OutputPath, format_option, guarded
-from autotune.errors import MeshtuneError
-
-# Exit code when the limit ran out with no plan and no proof (docs/pipeline.md).
-EXIT_NO_PLAN_FOUND = 4
-
-
-class NoPlanFoundError(MeshtuneError):
-    """The time limit ran out before any plan was found, and no proof that
-    none exists: not exit 1, which means proven infeasible."""
-
-    exit_code = EXIT_NO_PLAN_FOUND
 
 
 def _positive(value: float | None, flag: str) -> None:
@@ -93,7 +82,7 @@ def pipeline(
     """
     from dataclasses import replace
 
-    from autotune.errors import InputError, NoFeasiblePlanError
+    from autotune.errors import InputError, NoFeasiblePlanError, NoPlanFoundError
     from autotune.io import atomic_write_text
     from autotune.pipeline.balance import balance, evaluate_plans
     from autotune.pipeline.document import decomposition_document, to_json
