@@ -149,15 +149,17 @@ def pipeline(
         from autotune.pipeline.render import render_result
 
         render_result(result)
-    # everything is computed and rendered before the first file is written
-    if out:
+    # everything is computed and rendered before the first file is written;
+    # no plan is a failure (exit 1 or 4), which writes no file: the report or
+    # the JSON on stdout says why
+    if out and result.plan is not None:
         atomic_write_text(out, text)
     if svg is not None:
         atomic_write_text(timeline, svg, "--timeline")
     if fmt == "json":
         click.echo(text, nl=False)
-    else:
-        for path in (out, timeline if result.plan is not None else None):
+    elif result.plan is not None:
+        for path in (out, timeline):
             if path:
                 click.echo(f"wrote {path}")
     if result.plan is None:
