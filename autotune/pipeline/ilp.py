@@ -38,7 +38,7 @@ from autotune.pipeline.bounds import stage_floors
 from autotune.pipeline.problem import Problem, Schedule, SolverChoice
 from autotune.pipeline.quiet import solver_output
 from autotune.pipeline.schedule import stage_orders
-from autotune.pipeline.solver_call import InterruptibleHighs, cbc_folder
+from autotune.pipeline.solver_call import DeadlineCbc, InterruptibleHighs, cbc_folder
 
 GIB = float(2**30)
 # Solver seed (CBC reads 0 as "from the clock", hence + 1 there).
@@ -143,7 +143,7 @@ def _make_solver(
             random_seed=RANDOM_SEED,
             **options,
         )
-    cbc = pulp.PULP_CBC_CMD(
+    cbc = DeadlineCbc(
         msg=verbose,
         timeLimit=max(1, round(time_limit_s)),
         gapRel=gap,

@@ -8,6 +8,11 @@ KeyboardInterrupt (SIGTERM arrives as one, see autotune.cli.common) asks
 HiGHS to stop through its interrupt callbacks (checked during simplex, IPM
 and branch-and-bound), waits briefly for it, and propagates.
 
+Every solve inside `balance` also ends by the balancer's wall-clock
+deadline (deadline.py): a solver's own limit counts from when it starts,
+after the model was built, so the limit each call is given is cut to the
+time left.
+
 CBC runs as a child process that PuLP waits for, writing its model,
 solution and log to temporary files. Each CBC solve gets a private folder
 for them; when the solve is interrupted the CBC process (found by that
@@ -28,6 +33,7 @@ from contextlib import contextmanager
 
 import pulp
 
+from autotune.pipeline.deadline import time_left_s
 from autotune.processes import SOLVER_THREAD, child_pids
 
 # How often the waiting main thread wakes to see a signal, and how long an
@@ -71,7 +77,20 @@ class InterruptibleHighs(pulp.HiGHS):
     """PuLP's HiGHS driver with the solve stoppable by Ctrl-C and SIGTERM."""
 
     def callSolver(self, lp) -> None:  # PuLP's hook, run after the model is built
+        limit_s = time_left_s(self.timeLimit)
+        if limit_s is not None:
+            lp.solverModel.setOptionValue("time_limit", float(limit_s))
         run_interruptibly(lp.solverModel)
+
+
+class DeadlineCbc(pulp.PULP_CBC_CMD):
+    """PuLP's CBC driver with its time limit cut to the time left."""
+
+    def actualSolve(self, lp, **kwargs):  # PuLP's hook, run after the model is built
+        limit_s = time_left_s(self.timeLimit)
+        if limit_s is not None:
+            self.timeLimit = max(1, round(limit_s))  # CBC takes whole seconds
+        return super().actualSolve(lp, **kwargs)
 
 
 def _command_line(pid: int) -> str:
