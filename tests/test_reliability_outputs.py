@@ -165,3 +165,20 @@ def test_pipeline_no_output_file_on_failure_time_limit_exit_4(tmp_path, monkeypa
     assert run.stderr.strip().splitlines()[-1].startswith("meshtune: error: no plan found")
     assert out.read_text() == "previous result"
     assert "wrote" not in run.stdout
+
+
+def test_pipeline_format_json_has_the_solver_banner_on_stdout_no_more(tmp_path):
+    # HiGHS prints its banner from C to descriptor 1, which CliRunner does not
+    # see: a real process shows what a pipe to `python -m json.tool` gets.
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "from autotune.cli import main; main()", "pipeline", PIPELINE,
+         "--format", "json", "--time-limit", "10"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "HiGHS" not in proc.stdout
+    assert json.loads(proc.stdout)["solver"]["name"] == "highs"
