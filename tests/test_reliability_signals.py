@@ -2,9 +2,12 @@
 second, exit 130/143 with one line, leave existing outputs untouched and no
 temporary files behind.
 
-The command runs in a child process whose planner is replaced by a slow
-stand-in (pure Python, like the real search), so the signal always lands
-while work is under way.
+The first test runs `plan` in a child process whose planner is replaced by
+a slow stand-in (pure Python, like the real search), so the signal always
+lands while work is under way. The pipeline tests run the real command on
+an instance whose MILP runs to any limit: Ctrl-C used to wait for the
+running HiGHS call to return, and SIGINT/SIGTERM during a CBC solve left the
+CBC process running and its temporary files behind.
 """
 
 from __future__ import annotations
