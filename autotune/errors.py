@@ -8,6 +8,7 @@ EXIT_OK = 0
 EXIT_NO_PLAN = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_NO_PLAN_FOUND = 4  # `pipeline`: the time limit ran out, no plan and no proof
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
@@ -102,3 +103,10 @@ class NoFeasiblePlanError(MeshtuneError):
     """Every candidate was infeasible; the message summarises why."""
 
     exit_code = EXIT_NO_PLAN
+
+
+class NoPlanFoundError(MeshtuneError):
+    """`pipeline`: the time limit ran out before any plan was found, and no
+    proof that none exists: not exit 1, which means proven infeasible."""
+
+    exit_code = EXIT_NO_PLAN_FOUND

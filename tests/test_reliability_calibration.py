@@ -138,3 +138,15 @@ def test_bundled_calibration_plans_without_fit_warnings():
     plan = run_cli("plan", GPT3, "--format", "json")
     warnings = json.loads(plan.stdout)["summary"]["warnings"]
     assert not any("poor fit" in w or "extrapolated" in w for w in warnings), warnings
+
+
+def test_messages_csv_cell_over_128_kib_is_bad_input_not_exit_3(tmp_path):
+    # the csv module refuses a field over 128 KiB; that was exit 3
+    lines = BENCH.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("collective,"))
+    cells = lines[row].split(",")
+    cells[1] = "x" * (200 * 1024)
+    lines[row] = ",".join(cells)
+    run, out = _calibrate(tmp_path, "\n".join(lines) + "\n")
+    assert_one_line_error(run, "bench.csv:", "not a valid CSV row", "fix:")
+    assert not out.exists()

@@ -1,6 +1,6 @@
 """The fuzz suite: every example file and the benchmark CSV, mutated, run
 through the CLI in-process. Whatever the input: exit 0, 1 or 2; on failure
-one line on stderr and (on bad input) no output file; no NaN, infinity or
+one line on stderr and no output file; no NaN, infinity or
 null where a number is promised in any JSON written.
 
 Bounded in CI by the "fuzz-ci" profile (tests/conftest.py); for a longer

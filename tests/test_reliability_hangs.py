@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from clirun import run_cli
+import pytest
+from clirun import assert_one_line_error, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -94,3 +95,74 @@ def test_hangs_user_text_is_bounded_and_one_line():
     text = user_text("a\nb" + "c" * 1000)
     assert "\n" not in text
     assert len(text) <= MAX_USER_TEXT_CHARS
+
+
+# `pipeline` with `time_limit_s: 3` on 10,000 micro-batches took 12-20 s, and
+# 100,000 ended in MemoryError after 80 s. The schedule's size is now bounded
+# (autotune/pipeline/limits.py) and the whole balance, model building and
+# local searches included, ends by its limit (autotune/pipeline/deadline.py).
+DEEPSEEK = (REPO / "examples" / "pipeline-deepseek-v3-pp16.yaml").read_text()
+INTERLEAVED_4 = """
+pipeline: {num_stages: 16, num_chunks: 4, num_micro_batches: 64, schedule: interleaved-1f1b}
+memory: {cap_gib: 60, constant_gib: 4.0}
+recompute_options: {none: 0.0, selective: 0.04, full: 0.5}
+head: {forward_ms: 1.0, memory_gib: 3.0}
+tail: {forward_ms: 2.0, memory_gib: 3.0}
+layers:
+  - kind: decoder
+    count: 256
+    forward_ms: 1.0
+    parameter_memory_gib: 0.4
+    activation_memory_gib: {none: 0.3, selective: 0.2, full: 0.03}
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the largest 1F1B schedule allowed (16 x 512 = 8192 ops): took 9 s with a 3 s limit
+        DEEPSEEK.replace("num_micro_batches: 32", "num_micro_batches: 512"),
+        # local searches bounded only by move counts: took 25 s with a 3 s limit
+        INTERLEAVED_4,
+    ],
+    ids=["1f1b-512-micro-batches", "interleaved-16x4x64"],
+)
+def test_hangs_time_limit_on_many_micro_batches_is_honoured(tmp_path, text):
+    from autotune.pipeline.balance import POLISH_GRACE_S, balance
+    from autotune.pipeline.problem import ShapeOverrides
+    from autotune.pipeline.readers import read_pipeline_file
+
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    limit_s = 2.0
+    read = read_pipeline_file(path, ShapeOverrides(time_limit_s=limit_s))
+    t0 = time.perf_counter()
+    result = balance(read.problem, read.settings)
+    elapsed = time.perf_counter() - t0
+    # the limit, the polish's grace, and the first plan's and the final
+    # replay's cost at this size on a shared 2-core machine
+    assert elapsed < limit_s + POLISH_GRACE_S + 2.0, f"{elapsed:.1f} s with a {limit_s} s limit"
+    assert result.plan is not None and result.plan.fits
+    assert result.solver.time_limited
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "field"),
+    [
+        (["--micro-batches", "100000"], DEEPSEEK, "--micro-batches: got 100000"),
+        (
+            [],
+            DEEPSEEK.replace("num_micro_batches: 32", "num_micro_batches: 10000"),
+            "pipeline.num_micro_batches: got 10000",
+        ),
+        (["--micro-batches", "1024"], DEEPSEEK, "--micro-batches: got 1024"),
+    ],
+)
+def test_hangs_100000_micro_batches_is_bad_input_naming_the_range(tmp_path, args, text, field):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    t0 = time.perf_counter()
+    run = run_cli("pipeline", str(path), "--time-limit", "3", *args)
+    assert time.perf_counter() - t0 < HANG_S
+    line = assert_one_line_error(run, str(path), field, "8192")
+    assert "fix: use" in line

@@ -161,3 +161,38 @@ def test_absurd_numbers_pass_validation_plan_json_has_no_nan(tmp_path):
         PlanDocument.model_validate(doc)
         assert math.isfinite(doc["summary"]["step_fc_time_s"])
         assert math.isfinite(doc["summary"]["flop_utilization"])
+
+
+PIPELINE_YAML = (REPO / "examples" / "pipeline-llama-pp8.yaml").read_text()
+SEED_INIT = (REPO / "tests" / "fixtures" / "seed_tool" / "init_demopp4.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("cap_gib: 56", "cap_gib: .nan", "memory.cap_gib"),
+        ("constant_gib: 5.0", "constant_gib: .inf", "memory.constant_gib"),
+        ("forward_ms: 0.6", "forward_ms: .nan", "head.forward_ms"),
+        ("full: 0.5", "full: .inf", "recompute_options"),
+    ],
+)
+def test_non_finite_numbers_pipeline_time_memory_factor_is_bad_input_not_exit_3(
+    tmp_path, old, new, field
+):
+    assert old in PIPELINE_YAML
+    path = tmp_path / "p.yaml"
+    path.write_text(PIPELINE_YAML.replace(old, new))
+    out = tmp_path / "out.json"
+    run = run_cli("pipeline", str(path), "--out", str(out))
+    assert_one_line_error(run, "p.yaml", field, "fix:")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["-1", ".nan", "-.inf"])
+def test_absurd_numbers_seed_format_negative_head_time_is_bad_input(tmp_path, value):
+    # a negative head time gave a plan faster than the valid file's
+    assert "  head: 1\n" in SEED_INIT
+    path = tmp_path / "init.yaml"
+    path.write_text(SEED_INIT.replace("  head: 1\n", f"  head: {value}\n"))
+    run = run_cli("pipeline", str(path), "--micro-batches", "8", "--memory-cap-mb", "60000")
+    assert_one_line_error(run, "init.yaml", "time_config.head", "fix:")

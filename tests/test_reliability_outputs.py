@@ -135,3 +135,50 @@ def test_interrupted_write_keeps_the_old_file_and_no_temp_file(tmp_path, monkeyp
 def test_out_name_longer_than_the_file_system_allows_is_bad_input(tmp_path):
     with pytest.raises(InputError, match="longer than 255 bytes"):
         check_output_path(tmp_path / ("x" * 300 + ".json"))
+
+
+def test_pipeline_no_output_file_on_failure_infeasible_exit_1(tmp_path):
+    out, svg = tmp_path / "p.json", tmp_path / "t.svg"
+    run = run_cli(
+        "pipeline", PIPELINE, "--memory-cap-mb", "2000", "--format", "json",
+        "--out", str(out), "--timeline", str(svg),
+    )  # fmt: skip
+    assert run.exit_code == 1, run.stderr
+    assert_one_line_error(run, "no plan fits the memory cap", code=1)
+    assert not out.exists() and not svg.exists()
+    assert _leftovers(tmp_path) == []
+    # stdout still says why
+    assert '"status": "infeasible"' in run.stdout
+
+
+def test_pipeline_no_output_file_on_failure_time_limit_exit_4(tmp_path, monkeypatch):
+    import autotune.pipeline.balance as bal
+
+    # nothing found before the limit, nothing proven: exit 4
+    monkeypatch.setattr(bal, "_heuristic_start", lambda *a, **k: (None, None))
+    monkeypatch.setattr(bal, "_quick_start", lambda p: None)
+    monkeypatch.setattr(bal, "baselines", lambda p: [])
+    out = tmp_path / "p.json"
+    out.write_text("previous result")
+    run = run_cli("pipeline", PIPELINE, "--time-limit", "0.01", "--out", str(out))
+    assert run.exit_code == 4, run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("meshtune: error: no plan found")
+    assert out.read_text() == "previous result"
+    assert "wrote" not in run.stdout
+
+
+def test_pipeline_format_json_has_the_solver_banner_on_stdout_no_more(tmp_path):
+    # HiGHS prints its banner from C to descriptor 1, which CliRunner does not
+    # see: a real process shows what a pipe to `python -m json.tool` gets.
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "from autotune.cli import main; main()", "pipeline", PIPELINE,
+         "--format", "json", "--time-limit", "10"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "HiGHS" not in proc.stdout
+    assert json.loads(proc.stdout)["solver"]["name"] == "highs"

@@ -27,6 +27,7 @@ from autotune.errors import (
     Terminated,
     shorten,
 )
+from autotune.processes import solver_thread_running, terminate_children
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,46 +40,25 @@ def fail(line: str, code: int) -> None:
     sys.exit(code)
 
 
-def _child_pids() -> list[int]:
-    """This process's direct children (Linux /proc; elsewhere none found)."""
-    me = os.getpid()
-    children = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # the command name is in parentheses and may hold spaces: split after it
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(me):
-            children.append(int(entry))
-    return children
-
-
-def terminate_children() -> None:
-    """Send SIGTERM to the child processes this process started (an external
-    solver, say), so an interrupted command leaves none running."""
-    for pid in _child_pids():
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-
-
 def interrupted(exc: KeyboardInterrupt) -> None:
     """Stop child processes, then exit 143 after SIGTERM or 130 after Ctrl-C,
     with one line."""
     terminate_children()
     if isinstance(exc, Terminated):
-        fail("terminated (SIGTERM)", EXIT_TERMINATED)
-    fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+        line, code = "terminated (SIGTERM)", EXIT_TERMINATED
+    else:
+        line, code = "interrupted (Ctrl-C)", EXIT_INTERRUPTED
+    if solver_thread_running():
+        # HiGHS still finishing its step after the interrupt (every cleanup has
+        # run by now): a normal exit would wait for it, or abort under it.
+        click.echo(f"meshtune: {line}", err=True)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    fail(line, code)
 
 
 def usage_error(exc: click.ClickException) -> None:

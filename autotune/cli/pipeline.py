@@ -7,17 +7,6 @@ import math
 import click
 
 from autotune.cli.common import OutputPath, format_option, guarded
-from autotune.errors import MeshtuneError
-
-# Exit code when the limit ran out with no plan and no proof (docs/pipeline.md).
-EXIT_NO_PLAN_FOUND = 4
-
-
-class NoPlanFoundError(MeshtuneError):
-    """The time limit ran out before any plan was found, and no proof that
-    none exists: not exit 1, which means proven infeasible."""
-
-    exit_code = EXIT_NO_PLAN_FOUND
 
 
 def _positive(value: float | None, flag: str) -> None:
@@ -93,7 +82,7 @@ def pipeline(
     """
     from dataclasses import replace
 
-    from autotune.errors import InputError, NoFeasiblePlanError
+    from autotune.errors import InputError, NoFeasiblePlanError, NoPlanFoundError
     from autotune.io import atomic_write_text
     from autotune.pipeline.balance import balance, evaluate_plans
     from autotune.pipeline.document import decomposition_document, to_json
@@ -160,15 +149,17 @@ def pipeline(
         from autotune.pipeline.render import render_result
 
         render_result(result)
-    # everything is computed and rendered before the first file is written
-    if out:
+    # everything is computed and rendered before the first file is written;
+    # no plan is a failure (exit 1 or 4), which writes no file: the report or
+    # the JSON on stdout says why
+    if out and result.plan is not None:
         atomic_write_text(out, text)
     if svg is not None:
         atomic_write_text(timeline, svg, "--timeline")
     if fmt == "json":
         click.echo(text, nl=False)
-    else:
-        for path in (out, timeline if result.plan is not None else None):
+    elif result.plan is not None:
+        for path in (out, timeline):
             if path:
                 click.echo(f"wrote {path}")
     if result.plan is None:

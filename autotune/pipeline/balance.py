@@ -21,6 +21,7 @@ from autotune.pipeline.assignment import (
     layers_in_order,
     uniform_assignment,
 )
+from autotune.pipeline.deadline import TimeBox, deadline_of_whole_call
 from autotune.pipeline.problem import Problem, SolverSettings
 from autotune.pipeline.result import (
     BalanceResult,
@@ -34,6 +35,8 @@ from autotune.pipeline.simulator import Simulation, simulate
 MAX_CUT_ROUNDS = 60
 # The layer moves run when the first plan is this far above the LP bound.
 IMPROVE_ABOVE_BOUND = 0.02
+# Seconds past the time limit the final polish may take (see balance()).
+POLISH_GRACE_S = 1.0
 
 
 def _path_of(sim: Simulation):
@@ -112,7 +115,10 @@ def _heuristic_start(
     rounded = _rounded_layers(problem, relaxed.layers)
     if rounded is None:
         return None, bound
-    return local_search(problem, rounded) or feasible_start(problem, rounded), bound
+    found = None
+    with TimeBox():  # pure Python, bounded by move counts: cut at the deadline
+        found = local_search(problem, rounded) or feasible_start(problem, rounded)
+    return found, bound
 
 
 def _improve(
@@ -130,7 +136,8 @@ def _improve(
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.layer_search import better, improve_layers
 
-    found = improve_layers(problem, found, deadline_s=deadline_s)
+    with TimeBox():  # one move can take long on large shapes
+        found = improve_layers(problem, found, deadline_s=deadline_s)
     if solver == "highs":
         return found
     layers = [
@@ -160,6 +167,12 @@ def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibili
     from autotune.pipeline.ilp import solve
 
     out = solve(problem, [], time_limit_s=time_limit_s, solver=solver, minimise_overshoot=True)
+    if out.assignment is None and out.status != "infeasible":  # the time limit ran out
+        return Infeasibility(
+            stage=None,
+            shortfall_bytes=None,
+            reason="no plan fits the memory cap (the tightest stage was not found in time)",
+        )
     if out.assignment is None:
         return Infeasibility(
             stage=None,
@@ -180,6 +193,7 @@ def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibili
     )
 
 
+@deadline_of_whole_call(lambda problem, settings=None: (settings or SolverSettings()).time_limit_s)
 def balance(problem: Problem, settings: SolverSettings | None = None) -> BalanceResult:
     """Choose layers per chunk and recomputation per layer that minimise the
     simulated step time while every stage fits in memory.
@@ -221,11 +235,17 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     if baseline is not None:
         offer(baseline.assignment)
     limit_s = settings.time_limit_s
-    quick = _quick_start(problem)
+    quick = None
+    with TimeBox():  # pure Python, bounded by move counts: cut at the deadline
+        quick = _quick_start(problem)
     if quick is not None:
         offer(quick)
     first_plan_s = time.perf_counter() - t0 if best is not None else None
-    start, lower_bound = _heuristic_start(problem, paths, solver, limit_s / 2, gap_rel, verbose)
+    start, lower_bound = None, None
+    # The relaxation's model alone takes seconds on large shapes: with less
+    # than half the limit left, the MILP gets the rest instead.
+    if time.perf_counter() - t0 < limit_s / 2:
+        start, lower_bound = _heuristic_start(problem, paths, solver, limit_s / 2, gap_rel, verbose)
     lower_bound = lower_bound or 0.0
     if start is not None:
         offer(start)
@@ -235,7 +255,11 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     # close to the relaxation's bound (the MILP then proves it quickly); far
     # from it, they give the MILP a better cutoff. The MILP then runs once
     # for the rest of the time: a second start would lose its tree.
-    if best is not None and best[1].makespan_s > lower_bound * (1 + IMPROVE_ABOVE_BOUND):
+    if (
+        best is not None
+        and best[1].makespan_s > lower_bound * (1 + IMPROVE_ABOVE_BOUND)
+        and time.perf_counter() < t0 + limit_s / 2
+    ):
         offer(
             _improve(
                 problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s / 2
@@ -245,12 +269,18 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     last = None
     proven_infeasible = False
     stopped_by_limit = False
+    # Building a MILP costs about as much as finding the first plan did, or
+    # more (both grow with the schedule's ops); its solver's limit counts
+    # only from the end of the build, so a plan in hand is not risked on a
+    # build that would overrun the limit (docs/reliability.md).
+    build_s = 2 * (first_plan_s or 0.0)
     while best is None or best[1].makespan_s > lower_bound * (1 + gap_rel):
         remaining = settings.time_limit_s - (time.perf_counter() - t0)
-        if remaining <= 0.05:
+        if remaining <= 0.05 or (best is not None and remaining <= build_s):
             stopped_by_limit = True
             break
         rounds += 1
+        round_start = time.perf_counter()
         # With HiGHS and a plan in hand, the plan sets a cutoff (the search
         # then only has to show that nothing is more than the relative gap
         # faster) and bounds the layers a stage can hold, which keeps the
@@ -268,6 +298,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
             relative_gap=gap_rel,
             verbose=verbose,
         )
+        build_s = time.perf_counter() - round_start - last.solve_time_s
         # Stopped by the wall clock (a plan found or none) rather than by
         # finishing: see the docstring.
         limited = last.status in ("feasible", "no_solution")
@@ -327,7 +358,11 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
             infeasible=why,
         )
 
-    plan_a = polish(problem, best[0])
+    plan_a = best[0]
+    # The polish usually takes well under a second; it gets that much past
+    # the deadline, so runs that hit the limit still polish their plan.
+    with TimeBox(extra_s=POLISH_GRACE_S):
+        plan_a = polish(problem, best[0])
     plan_sim = simulate(problem, plan_a)
     if not (_fits(problem, plan_sim) and plan_sim.makespan_s <= best[1].makespan_s * (1 + 1e-12)):
         plan_a, plan_sim = best

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from autotune.errors import InputError
 
@@ -149,6 +148,8 @@ def decompose(ms: list[Measurement], *, file: str | None = None) -> Decompositio
         )
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
+    from scipy.optimize import nnls  # here: scipy.optimize takes a second to import
+
     x_scaled, _ = nnls(a / scale, b / 2**20, maxiter=50 * len(names))
     x = x_scaled / scale * 2**20
     residuals = a @ x - b

@@ -1,4 +1,4 @@
-"""The stage-balancing MILP (the only module that imports pulp).
+"""The stage-balancing MILP (with solver_call.py, the only modules that import pulp).
 
 Variables (all named): `n_g{g}_c{c}_{option}` integer, the layers of group g
 in model chunk c that use a recomputation option; `x_g{g}_c{c}` continuous,
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy
@@ -38,6 +38,7 @@ from autotune.pipeline.bounds import stage_floors
 from autotune.pipeline.problem import Problem, Schedule, SolverChoice
 from autotune.pipeline.quiet import solver_output
 from autotune.pipeline.schedule import stage_orders
+from autotune.pipeline.solver_call import DeadlineCbc, InterruptibleHighs, cbc_folder
 
 GIB = float(2**30)
 # Solver seed (CBC reads 0 as "from the clock", hence + 1 there).
@@ -83,7 +84,7 @@ def solver_name(choice: SolverChoice) -> str:
     return "cbc"
 
 
-class _HighsWithStart(pulp.HiGHS):
+class _HighsWithStart(InterruptibleHighs):
     """PuLP's HiGHS driver, handing HiGHS the variables' initial values
     (those set) as a MIP start; HiGHS completes and checks it."""
 
@@ -128,11 +129,11 @@ def _make_solver(
         if cutoff is not None:
             # Prune every node whose bound reaches the cutoff; the plan that
             # set it is known, so the solver's own plan search is not needed.
-            make, options = pulp.HiGHS, {**_HIGHS_WARM_OPTIONS, "objective_bound": cutoff}
+            make, options = InterruptibleHighs, {**_HIGHS_WARM_OPTIONS, "objective_bound": cutoff}
         elif warm:
             make, options = _HighsWithStart, _HIGHS_WARM_OPTIONS
         else:
-            make, options = pulp.HiGHS, {}
+            make, options = InterruptibleHighs, {}
         # One thread and a fixed seed: the same problem gives the same plan.
         return make(
             msg=verbose,
@@ -142,7 +143,7 @@ def _make_solver(
             random_seed=RANDOM_SEED,
             **options,
         )
-    return pulp.PULP_CBC_CMD(
+    cbc = DeadlineCbc(
         msg=verbose,
         timeLimit=max(1, round(time_limit_s)),
         gapRel=gap,
@@ -151,6 +152,9 @@ def _make_solver(
         threads=1,
         options=[f"randomSeed {RANDOM_SEED + 1}", f"randomCbcSeed {RANDOM_SEED + 1}"],
     )
+    if log_path is not None:  # model and solution files next to the log
+        cbc.tmpDir = os.path.dirname(log_path)
+    return cbc
 
 
 def _set_start(problem: Problem, start: Assignment, n: dict, xv: dict, ys: dict) -> None:
@@ -456,12 +460,12 @@ def solve(
                 bwd_vars.append(bv)
             _add_schedule(problem, prob, step, fwd_vars, bwd_vars)
 
+    cleanup = ExitStack()
     log_path = None
-    if solver == "cbc":
-        fd, log_path = tempfile.mkstemp(prefix="meshtune-cbc-", suffix=".log")
-        os.close(fd)
+    if solver == "cbc":  # CBC's files in a private folder, removed on any exit
+        log_path = os.path.join(cleanup.enter_context(cbc_folder()), "cbc.log")
     t0 = time.perf_counter()
-    try:
+    with cleanup:
         if start is not None:
             _set_start(problem, start, n, xv, ys)
         use_cutoff = cutoff_s is not None and solver == "highs"
@@ -486,9 +490,6 @@ def solve(
             bound = _cbc_bound(log_path)
         if bound is not None and (bound != bound or abs(bound) == float("inf")):
             bound = None
-    finally:
-        if log_path is not None:
-            os.unlink(log_path)
 
     status = pulp.LpStatus[prob.status]
     if status == "Infeasible" and use_cutoff:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
+from autotune.pipeline.limits import check_problem_size
 from autotune.pipeline.problem import Problem, ProblemError, ShapeOverrides, SolverSettings
 from autotune.pipeline.seed_plans import ManualPlan, read_manual_plans
 
@@ -91,6 +92,8 @@ def read_pipeline_file(
                 fix="check --stages, --chunks and --micro-batches",
             ) from None
         read = PipelineInput(problem, overrides.apply_settings(settings), "meshtune")
+    if read.problem is not None:
+        check_problem_size(read.problem, file, read.format, overrides)
     plans: list[ManualPlan] = []
     sources = [manual_source] if manual_source else []
     if manual_path is not None:

@@ -232,7 +232,13 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
 def _number(data: dict, key: str, file: str, where: str) -> float:
     value = _need(data, key, file, where, (int, float))
     if not math.isfinite(value) or value < 0:
-        raise _err("must be a finite number >= 0", file, f"{where}.{key}", value)
+        raise _err(
+            "must be a finite number >= 0",
+            file,
+            f"{where}.{key}",
+            value,
+            fix="give the measured value (times in ms, memories in MB)",
+        )
     return float(value)
 
 

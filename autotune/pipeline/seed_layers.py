@@ -72,7 +72,11 @@ def _num(entry: dict, key: str, file: str, where: str, default: float | None = N
         or value < 0
     ):
         raise InputError(
-            "must be a finite number >= 0", file=file, field=f"{where}.{key}", value=value
+            "must be a finite number >= 0",
+            file=file,
+            field=f"{where}.{key}",
+            value=value,
+            fix="give the measured value (time in ms, memories in MB)",
         )
     return float(value)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from autotune.pipeline.limits import MAX_CHUNKS, MAX_MICRO_BATCHES, MAX_SCHEDULE_OPS, MAX_STAGES
 from autotune.pipeline.problem import (
     RECOMPUTE_OPTIONS,
     EndBlock,
@@ -38,11 +39,21 @@ GIB = float(2**30)
 class PipelineShapeSpec(Spec):
     """How the model is cut and scheduled."""
 
-    num_stages: int = Field(gt=0, description="Pipeline stages (pp).")
-    num_chunks: int = Field(
-        default=1, gt=0, description="Interleaved chunks per stage (v); 1 = plain 1F1B."
+    num_stages: int = Field(
+        gt=0, le=MAX_STAGES, description=f"Pipeline stages (pp). Range: 1 to {MAX_STAGES}."
     )
-    num_micro_batches: int = Field(gt=0, description="Micro-batches per step (m).")
+    num_chunks: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_CHUNKS,
+        description=f"Interleaved chunks per stage (v); 1 = plain 1F1B. Range: 1 to {MAX_CHUNKS}.",
+    )
+    num_micro_batches: int = Field(
+        gt=0,
+        le=MAX_MICRO_BATCHES,
+        description=f"Micro-batches per step (m). Range: 1 to {MAX_MICRO_BATCHES}, and "
+        f"stages x chunks x micro-batches at most {MAX_SCHEDULE_OPS}.",
+    )
     schedule: Schedule = Field(
         default=Schedule.ONE_F_ONE_B,
         strict=False,

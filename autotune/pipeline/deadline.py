@@ -1,0 +1,102 @@
+"""The balancer's wall-clock deadline: the whole `balance` call, model
+building and heuristics included, ends by its time limit (plus the cost of
+the first plan and of one step past the deadline; docs/reliability.md).
+
+Two means: every solver call's own limit is cut to the time left
+(`time_left_s`, used by solver_call.py), and pure-Python phases (the local
+searches) run in a `TimeBox`, which a SIGALRM timer interrupts at the
+deadline, so a phase bounded only by counts of moves cannot overrun it. A
+time box is never put around a solver call (a solver call redirects file
+descriptors, which an interruption must not leave half-restored).
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+# The least time a solve is given past the deadline: enough for a solver to
+# return what it has (a solve is never skipped, so every caller gets a status).
+MIN_SOLVE_S = 0.05
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# perf_counter() time by which every solve must end (None: no deadline).
+_deadline_s: float | None = None
+
+
+def deadline_of_whole_call(time_limit_of: Callable[..., float]) -> Callable[[F], F]:
+    """Decorator: while the function runs, every solve ends by its start
+    plus `time_limit_of(*args, **kwargs)` seconds."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            global _deadline_s
+            saved = _deadline_s
+            _deadline_s = time.perf_counter() + time_limit_of(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _deadline_s = saved
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def time_left_s(limit_s: float | None) -> float | None:
+    """`limit_s` cut to the time left before the deadline (if any)."""
+    if _deadline_s is None:
+        return limit_s
+    left = max(_deadline_s - time.perf_counter(), MIN_SOLVE_S)
+    return left if limit_s is None else min(limit_s, left)
+
+
+class OutOfTime(Exception):
+    """Raised inside a TimeBox when the deadline passes."""
+
+
+def _raise_out_of_time(signum: int, frame: object) -> None:
+    raise OutOfTime()
+
+
+class TimeBox:
+    """`with TimeBox() as box:` runs the body until the deadline (if any)
+    plus `extra_s`; then the body is abandoned and `box.expired` is True. Only in the main
+    thread with no other SIGALRM handler; elsewhere the body runs to its end."""
+
+    def __init__(self, extra_s: float = 0.0) -> None:
+        self.extra_s = extra_s  # time allowed past the deadline
+        self.expired = False
+        self._previous: Any = None
+        self._armed = False
+
+    def __enter__(self) -> TimeBox:
+        if (
+            _deadline_s is None
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGALRM) != signal.SIG_DFL
+        ):
+            return self
+        self._previous = signal.signal(signal.SIGALRM, _raise_out_of_time)
+        self._armed = True
+        left = _deadline_s + self.extra_s - time.perf_counter()
+        signal.setitimer(signal.ITIMER_REAL, max(left, 1e-4))
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if self._armed:
+            while True:  # the timer may fire while it is being stopped
+                try:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    break
+                except OutOfTime:
+                    exc_type = OutOfTime
+            signal.signal(signal.SIGALRM, self._previous)
+        self.expired = exc_type is OutOfTime
+        return self.expired

@@ -1,0 +1,51 @@
+"""This process's child processes (an external solver, say): find them and
+stop them, so an interrupted command leaves none running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+# The name of a thread that runs an in-process solver (HiGHS). Interrupted,
+# the solver stops at its next interrupt check, which can take a second; the
+# interpreter's shutdown must not wait for it or tear down its memory under it.
+SOLVER_THREAD = "meshtune-solver"
+
+
+def child_pids() -> list[int]:
+    """This process's direct children (Linux /proc; elsewhere none found)."""
+    me = os.getpid()
+    children = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces: split after it
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1] == str(me):
+            children.append(int(entry))
+    return children
+
+
+def terminate_children() -> None:
+    """Send SIGTERM to the child processes this process started (an external
+    solver, say), so an interrupted command leaves none running."""
+    for pid in child_pids():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+
+
+def solver_thread_running() -> bool:
+    """True while an in-process solver's thread (SOLVER_THREAD) still runs."""
+    return any(t.name == SOLVER_THREAD and t.is_alive() for t in threading.enumerate())
