@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.assignment import Assignment, alive_vectors, layers_in_order
 from autotune.pipeline.problem import Problem, Schedule
 from autotune.pipeline.search import (
     _stage_candidates,
@@ -121,6 +121,27 @@ def _moves(problem: Problem, layers: list[list[int]], chunk: int):
         new[chunk][g] -= 1
         new[chunk - 1][g] += 1
         yield chunk - 1, new
+
+
+def _stage_moves(problem: Problem, layers: list[list[int]], chunk: int):
+    """Layouts with one layer moved out of `chunk` to the same stage's next
+    or previous chunk (c + pp, c - pp). Model order is kept by shifting every
+    chunk boundary in between by one layer: the chunks between keep their
+    counts (with several kinds, their kinds may shift), so mostly one stage
+    changes. Such a move trades a layer between a stage's chunks, which hold
+    different numbers of micro-batches alive and sit at different places on
+    the critical path; the boundary moves reach it only through a chain of
+    moves across every stage in between, each of which may be worse."""
+    if sum(layers[chunk]) <= problem.min_layers_per_chunk:
+        return
+    pp, num = problem.num_stages, problem.num_virtual
+    per_chunk = [sum(r) for r in layers]
+    for target in (chunk + pp, chunk - pp):
+        if 0 <= target < num:
+            new = list(per_chunk)
+            new[chunk] -= 1
+            new[target] += 1
+            yield target, layers_in_order(problem, new)
 
 
 def repair(problem: Problem, layers: list[list[int]]) -> list[list[int]] | None:
@@ -277,9 +298,9 @@ def improve_layers(
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
         kept = False
-        for target, new in _moves(problem, layers, c):
+        for _, new in (*_moves(problem, layers, c), *_stage_moves(problem, layers, c)):
             evaluated += 1
-            stages = sorted({c % pp, target % pp})
+            stages = [s for s in range(pp) if any(new[k] != layers[k] for k in range(s, num, pp))]
             new_cands = list(cands)
             for s in stages:
                 new_cands[s] = ev.candidates(new, s)
