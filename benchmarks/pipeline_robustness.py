@@ -18,7 +18,8 @@ column):
   L  one balancer run with the much larger `--long-limit` (0: not run);
   s  the seed tool's style of plan: the even split with one recomputation
      option for every layer (the best that fits; often none fits);
-  i  an iterated local search independent of the balancer's control flow:
+  i  an iterated local search run apart from the balancer (seed 1; the
+     balancer's own rounds, perturb.py, use seed 0 and far fewer rounds):
      `--kicks` restarts (fixed seeds), each from the best plan so far with
      2-6 random one-layer moves between neighbouring chunks or chunks of one
      stage, repaired to fit, recomputation chosen, then hill-climbed
@@ -125,7 +126,7 @@ def tightest_cap_bytes(problem: Problem) -> float:
     return hi
 
 
-def iterated_search(problem: Problem, start: Assignment, kicks: int, seed: int = 0):
+def iterated_search(problem: Problem, start: Assignment, kicks: int, seed: int = 1):
     """The independent search `i` (see the module docstring): the best plan
     after `kicks` random restarts around the best so far; fixed seed, so the
     same on every run."""
