@@ -224,7 +224,13 @@ class _Evaluator:
         num, pp = self.p.num_virtual, self.p.num_stages
         choice = list(choice)
         base = self.durations(layers, cands, choice)
-        for _ in range(2):
+        stages = list(stages)
+        step = None
+        # A second pass can only change something when the first did and
+        # another stage moved since (the candidates' row of the current
+        # choice equals `base`, so its step is the current step).
+        for _ in range(2 if len(stages) > 1 else 1):
+            changed = False
             for s in stages:
                 r = cands[s][0]
                 trial = numpy.repeat(base[None, :], len(r), axis=0)
@@ -232,13 +238,20 @@ class _Evaluator:
                     trial[:, num + c] += r[:, k] - r[choice[s], k]
                 steps = makespans_s(self.graph, trial)
                 best = int(numpy.argmin(steps + 1e-12 * r.sum(axis=1)))
+                step = float(steps[choice[s]])
                 if steps[best] < steps[choice[s]] * (1 - REL_TIE) or (
                     steps[best] <= steps[choice[s]] * (1 + REL_TIE)
                     and r[best].sum() < r[choice[s]].sum()
                 ):
                     choice[s] = best
                     base = trial[best]
-        return choice, float(makespans_s(self.graph, base[None, :])[0])
+                    step = float(steps[best])
+                    changed = True
+            if not changed:
+                break
+        if step is None:
+            step = float(makespans_s(self.graph, base[None, :])[0])
+        return choice, step
 
     def plan(self, cands, choice) -> Assignment:
         pp, num = self.p.num_stages, self.p.num_virtual
