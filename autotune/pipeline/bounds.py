@@ -133,6 +133,7 @@ def stage_tables(problem: Problem) -> tuple[StageTable, ...]:
     Cached per problem (frozen, hashable)."""
     pp, num = problem.num_stages, problem.num_virtual
     out = []
+    seen: dict[tuple[int, float, int], list[float | None]] = {}
     for s, vectors in enumerate(alive_vectors(problem)):
         static = problem.constant_bytes
         static += (problem.head.memory_bytes if s == 0 else 0.0) + (
@@ -145,7 +146,12 @@ def stage_tables(problem: Problem) -> tuple[StageTable, ...]:
         most = max(0, min(most, MAX_EXACT_LAYERS))
         phi: list[float | None] = [0.0] * (most + 1)
         for vec in vectors:
-            psi = least_recompute_s(_items(problem, min(vec)), budget, most)
+            # Stages with the same fewest alive micro-batches and budget share
+            # one table (most interior stages of a long pipeline).
+            key = (min(vec), budget, most)
+            if key not in seen:
+                seen[key] = least_recompute_s(_items(problem, min(vec)), budget, most)
+            psi = seen[key]
             phi = [
                 None if p is None or q is None else max(p, q) for p, q in zip(phi, psi, strict=True)
             ]
