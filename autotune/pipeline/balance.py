@@ -131,13 +131,17 @@ def _improve(
     verbose: bool,
     deadline_s: float | None = None,
 ) -> Assignment:
-    """One-layer moves from `found` (until `deadline_s`), then (CBC only)
-    the MILP with the layer counts fixed."""
+    """One-layer moves from `found`, then rounds of kicks and moves
+    (perturb.py; both until `deadline_s`), then (CBC only) the MILP with
+    the layer counts fixed."""
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.layer_search import better, improve_layers
+    from autotune.pipeline.perturb import iterated_search
 
     with TimeBox():  # one move can take long on large shapes
         found = improve_layers(problem, found, deadline_s=deadline_s)
+    with TimeBox():
+        found = iterated_search(problem, found, deadline_s=deadline_s)
     if solver == "highs":
         return found
     layers = [
@@ -205,6 +209,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     cut it (then which plan it held depends on the machine's load); the
     limit's lower bound still sets the reported gap. Infeasible only when
     the solver proves it."""
+    from autotune.pipeline.chain_bound import chain_bound
     from autotune.pipeline.ilp import solve, solver_name
     from autotune.pipeline.layer_search import better, polish
 
@@ -246,7 +251,12 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     # than half the limit left, the MILP gets the rest instead.
     if time.perf_counter() - t0 < limit_s / 2:
         start, lower_bound = _heuristic_start(problem, paths, solver, limit_s / 2, gap_rel, verbose)
-    lower_bound = lower_bound or 0.0
+    # The stage-chain bound (chain_bound.py): integer layers and the exact
+    # recomputation floor against the LP's exact schedule; both are valid.
+    chain_s = 0.0
+    with TimeBox():
+        chain_s = chain_bound(problem).step_s
+    lower_bound = max(lower_bound or 0.0, chain_s)
     if start is not None:
         offer(start)
     if first_plan_s is None and best is not None:

@@ -115,14 +115,25 @@ def _lower_envelope(points: list[tuple[int, float]]) -> list[tuple[float, float]
     return lines
 
 
-@lru_cache(maxsize=8)
-def stage_floors(problem: Problem) -> tuple[StageFloor, ...]:
-    """Per stage: the recomputation floor cuts and the most layers that fit.
+@dataclass(frozen=True)
+class StageTable:
+    """`phi[t]`: the least recomputation seconds (per micro-batch) of any
+    `t` layers that fit the stage (None: `t` layers cannot fit), for
+    t = 0..len(phi) - 1; `complete` is False when the table stops at
+    MAX_EXACT_LAYERS before the stage's real limit."""
 
-    Cached per problem (frozen, hashable): the balancer solves the same
-    problem several times (relaxation, start, main solve, diagnosis)."""
+    stage: int
+    phi: tuple[float | None, ...]
+    complete: bool
+
+
+@lru_cache(maxsize=8)
+def stage_tables(problem: Problem) -> tuple[StageTable, ...]:
+    """phi_s(t) of every stage (the derivation above), exact for integer t.
+    Cached per problem (frozen, hashable)."""
     pp, num = problem.num_stages, problem.num_virtual
     out = []
+    seen: dict[tuple[int, float, int], list[float | None]] = {}
     for s, vectors in enumerate(alive_vectors(problem)):
         static = problem.constant_bytes
         static += (problem.head.memory_bytes if s == 0 else 0.0) + (
@@ -135,10 +146,29 @@ def stage_floors(problem: Problem) -> tuple[StageFloor, ...]:
         most = max(0, min(most, MAX_EXACT_LAYERS))
         phi: list[float | None] = [0.0] * (most + 1)
         for vec in vectors:
-            psi = least_recompute_s(_items(problem, min(vec)), budget, most)
+            # Stages with the same fewest alive micro-batches and budget share
+            # one table (most interior stages of a long pipeline).
+            key = (min(vec), budget, most)
+            if key not in seen:
+                seen[key] = least_recompute_s(_items(problem, min(vec)), budget, most)
+            psi = seen[key]
             phi = [
                 None if p is None or q is None else max(p, q) for p, q in zip(phi, psi, strict=True)
             ]
+        complete = phi[-1] is None or most < MAX_EXACT_LAYERS
+        out.append(StageTable(s, tuple(phi), complete))
+    return tuple(out)
+
+
+@lru_cache(maxsize=8)
+def stage_floors(problem: Problem) -> tuple[StageFloor, ...]:
+    """Per stage: the recomputation floor cuts and the most layers that fit.
+
+    Cached per problem (frozen, hashable): the balancer solves the same
+    problem several times (relaxation, start, main solve, diagnosis)."""
+    out = []
+    for table in stage_tables(problem):
+        s, phi = table.stage, table.phi
         feasible = [t for t, p in enumerate(phi) if p is not None]
         if not feasible:
             out.append(StageFloor(s, -1, ()))

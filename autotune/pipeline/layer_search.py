@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.assignment import Assignment, alive_vectors, layers_in_order
 from autotune.pipeline.problem import Problem, Schedule
 from autotune.pipeline.search import (
     _stage_candidates,
@@ -123,6 +123,27 @@ def _moves(problem: Problem, layers: list[list[int]], chunk: int):
         yield chunk - 1, new
 
 
+def _stage_moves(problem: Problem, layers: list[list[int]], chunk: int):
+    """Layouts with one layer moved out of `chunk` to the same stage's next
+    or previous chunk (c + pp, c - pp). Model order is kept by shifting every
+    chunk boundary in between by one layer: the chunks between keep their
+    counts (with several kinds, their kinds may shift), so mostly one stage
+    changes. Such a move trades a layer between a stage's chunks, which hold
+    different numbers of micro-batches alive and sit at different places on
+    the critical path; the boundary moves reach it only through a chain of
+    moves across every stage in between, each of which may be worse."""
+    if sum(layers[chunk]) <= problem.min_layers_per_chunk:
+        return
+    pp, num = problem.num_stages, problem.num_virtual
+    per_chunk = [sum(r) for r in layers]
+    for target in (chunk + pp, chunk - pp):
+        if 0 <= target < num:
+            new = list(per_chunk)
+            new[chunk] -= 1
+            new[target] += 1
+            yield target, layers_in_order(problem, new)
+
+
 def repair(problem: Problem, layers: list[list[int]]) -> list[list[int]] | None:
     """Layer counts every stage can fit (each on its least-memory options),
     reached from `layers` by one-layer moves; None when the moves stall."""
@@ -203,7 +224,13 @@ class _Evaluator:
         num, pp = self.p.num_virtual, self.p.num_stages
         choice = list(choice)
         base = self.durations(layers, cands, choice)
-        for _ in range(2):
+        stages = list(stages)
+        step = None
+        # A second pass can only change something when the first did and
+        # another stage moved since (the candidates' row of the current
+        # choice equals `base`, so its step is the current step).
+        for _ in range(2 if len(stages) > 1 else 1):
+            changed = False
             for s in stages:
                 r = cands[s][0]
                 trial = numpy.repeat(base[None, :], len(r), axis=0)
@@ -211,13 +238,20 @@ class _Evaluator:
                     trial[:, num + c] += r[:, k] - r[choice[s], k]
                 steps = makespans_s(self.graph, trial)
                 best = int(numpy.argmin(steps + 1e-12 * r.sum(axis=1)))
+                step = float(steps[choice[s]])
                 if steps[best] < steps[choice[s]] * (1 - REL_TIE) or (
                     steps[best] <= steps[choice[s]] * (1 + REL_TIE)
                     and r[best].sum() < r[choice[s]].sum()
                 ):
                     choice[s] = best
                     base = trial[best]
-        return choice, float(makespans_s(self.graph, base[None, :])[0])
+                    step = float(steps[best])
+                    changed = True
+            if not changed:
+                break
+        if step is None:
+            step = float(makespans_s(self.graph, base[None, :])[0])
+        return choice, step
 
     def plan(self, cands, choice) -> Assignment:
         pp, num = self.p.num_stages, self.p.num_virtual
@@ -277,9 +311,9 @@ def improve_layers(
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
         kept = False
-        for target, new in _moves(problem, layers, c):
+        for _, new in (*_moves(problem, layers, c), *_stage_moves(problem, layers, c)):
             evaluated += 1
-            stages = sorted({c % pp, target % pp})
+            stages = [s for s in range(pp) if any(new[k] != layers[k] for k in range(s, num, pp))]
             new_cands = list(cands)
             for s in stages:
                 new_cands[s] = ev.candidates(new, s)

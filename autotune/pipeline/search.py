@@ -167,9 +167,21 @@ def _pareto2(points):
 
 def _stage_candidates(problem: Problem, layers: list[list[int]], stage: int):
     """Memory-feasible, Pareto-minimal per-chunk recomputation choices of a
-    stage: (recompute seconds per local chunk [K x v], counts per chunk)."""
+    stage: (recompute seconds per local chunk [K x v], counts per chunk).
+    Cached: the quick start, the start from the relaxation, the layer moves
+    and the polish ask for the same stages' layouts again and again."""
+    pp, num = problem.num_stages, problem.num_virtual
+    own = tuple(tuple(layers[c]) for c in range(stage, num, pp))
+    return _candidates_of(problem, stage, own)
+
+
+@lru_cache(maxsize=4096)
+def _candidates_of(problem: Problem, stage: int, own: tuple[tuple[int, ...], ...]):
+    """_stage_candidates for the stage's own layers (`own[k][g]`, local
+    chunk k); callers only read the result."""
     pp, num = problem.num_stages, problem.num_virtual
     chunks = list(range(stage, num, pp))
+    layers = {c: own[k] for k, c in enumerate(chunks)}
     fronts = [_chunk_front(problem, tuple(layers[c])) for c in chunks]
     static = problem.constant_bytes + sum(
         problem.groups[g].parameter_bytes * layers[c][g]
@@ -200,6 +212,7 @@ def _stage_candidates(problem: Problem, layers: list[list[int]], stage: int):
             break
     r, grid = r[keep], grid[keep]
     counts = [tuple(fronts[k][grid[i, k]][2] for k in range(len(chunks))) for i in range(len(r))]
+    r.flags.writeable = False  # shared through the cache
     return r, counts
 
 
