@@ -47,9 +47,10 @@ import argparse
 import random
 import time
 
-from autotune.pipeline.assignment import Assignment, even_layer_split, layers_in_order
+from autotune.pipeline.assignment import Assignment, even_layer_split
 from autotune.pipeline.balance import balance
 from autotune.pipeline.layer_search import improve_layers, repair
+from autotune.pipeline.perturb import kick
 from autotune.pipeline.problem import (
     EndBlock,
     LayerGroup,
@@ -131,18 +132,10 @@ def iterated_search(problem: Problem, start: Assignment, kicks: int, seed: int =
     after `kicks` random restarts around the best so far; fixed seed, so the
     same on every run."""
     rng = random.Random(seed)
-    pp, num = problem.num_stages, problem.num_virtual
     best = improve_layers(problem, start, max_moves=600)
     best_step = simulate(problem, best).makespan_s
     for _ in range(kicks):
-        per_chunk = [best.layers_in_chunk(c) for c in range(num)]
-        for _ in range(rng.randint(2, 6)):
-            c = rng.randrange(num)
-            target = c + rng.choice((-1, 1, -pp, pp))
-            if 0 <= target < num and per_chunk[c] > problem.min_layers_per_chunk:
-                per_chunk[c] -= 1
-                per_chunk[target] += 1
-        layers = repair(problem, layers_in_order(problem, per_chunk))
+        layers = kick(problem, best, rng)
         plan = local_search(problem, layers) if layers is not None else None
         if plan is None:
             continue
