@@ -129,3 +129,13 @@ def test_pipeline_package_has_no_import_cycle():
     for module in sorted(graph):
         if module not in state:
             visit(module, [])
+
+
+@pytest.mark.parametrize("rounds", [-1, 1001, 2.5, True, "12"])
+def test_solver_settings_refuse_bad_search_rounds(rounds):
+    with pytest.raises(ProblemError, match="search_rounds"):
+        SolverSettings(search_rounds=rounds)
+
+
+def test_solver_settings_take_zero_search_rounds():
+    assert SolverSettings(search_rounds=0).search_rounds == 0

@@ -199,7 +199,9 @@ def balance_candidate(
     """Balance candidate `i` (pp > 1); None when no plan fits in memory.
     `mix` lets the balancer mix two recomputation modes per stage."""
     problem, extras = build_problem(model, hw, train, c, i, mix)
-    settings = SolverSettings(time_limit_s=time_limit_s)
+    # The search balances several finalists: no kick-repair-climb rounds
+    # (they cost seconds each; the layer moves and the MILP remain).
+    settings = SolverSettings(time_limit_s=time_limit_s, search_rounds=0)
     with _solver_output_to_stderr():
         result = balance(problem, settings)
     plan = result.plan

@@ -129,9 +129,10 @@ def _improve(
     time_limit_s: float,
     gap: float,
     verbose: bool,
-    deadline_s: float | None = None,
+    deadline_s: float | None,
+    rounds: int,
 ) -> Assignment:
-    """One-layer moves from `found`, then rounds of kicks and moves
+    """One-layer moves from `found`, then `rounds` rounds of kicks and moves
     (perturb.py; both until `deadline_s`), then (CBC only) the MILP with
     the layer counts fixed."""
     from autotune.pipeline.ilp import solve
@@ -141,7 +142,7 @@ def _improve(
     with TimeBox():  # one move can take long on large shapes
         found = improve_layers(problem, found, deadline_s=deadline_s)
     with TimeBox():
-        found = iterated_search(problem, found, deadline_s=deadline_s)
+        found = iterated_search(problem, found, rounds=rounds, deadline_s=deadline_s)
     if solver == "highs":
         return found
     layers = [
@@ -272,7 +273,15 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     ):
         offer(
             _improve(
-                problem, best[0], paths, solver, limit_s / 4, gap_rel, verbose, t0 + limit_s / 2
+                problem,
+                best[0],
+                paths,
+                solver,
+                limit_s / 4,
+                gap_rel,
+                verbose,
+                t0 + limit_s / 2,
+                settings.search_rounds,
             )
         )
     rounds = 0

@@ -23,14 +23,14 @@ import time
 
 from autotune.pipeline.assignment import Assignment, layers_in_order
 from autotune.pipeline.layer_search import better, improve_layers, repair
-from autotune.pipeline.problem import Problem
+from autotune.pipeline.problem import DEFAULT_SEARCH_ROUNDS, Problem
 from autotune.pipeline.search import local_search
 from autotune.pipeline.simulator import simulate
 
 # Rounds and the climb's budget per round: about 1-2 s per round on 16 stages
 # x 3 chunks x 16 micro-batches (2-core machine), so the rounds fit well in
 # half of the default 60 s limit.
-ROUNDS = 12
+ROUNDS = DEFAULT_SEARCH_ROUNDS
 CLIMB_MOVES = 200
 SEED = 0
 

@@ -269,17 +269,24 @@ class Problem:
         return [o.name for o in self.options].index(name)
 
 
+# Kick-repair-climb rounds after the layer moves (perturb.py).
+DEFAULT_SEARCH_ROUNDS = 12
+
+
 @dataclass(frozen=True)
 class SolverSettings:
     """How the balancer searches (not part of the problem): solver, wall-time
-    limit of the whole search, the relative gap at which it stops; `verbose`
-    sends the solver's log to stderr. (The solvers always run on one thread
-    with a fixed seed, so the same problem gives the same plan.)"""
+    limit of the whole search, the relative gap at which it stops, how many
+    kick-repair-climb rounds follow the layer moves (perturb.py; 0 skips
+    them, for callers that balance many candidates); `verbose` sends the
+    solver's log to stderr. (The solvers always run on one thread with a
+    fixed seed, so the same problem gives the same plan.)"""
 
     solver: SolverChoice = SolverChoice.AUTO
     time_limit_s: float = 60.0
     relative_gap: float = 1e-3
     verbose: bool = False
+    search_rounds: int = DEFAULT_SEARCH_ROUNDS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "solver", SolverChoice(self.solver))
@@ -287,6 +294,10 @@ class SolverSettings:
         _check_number("relative_gap", self.relative_gap)
         if self.relative_gap >= 1:
             raise ProblemError(f"relative_gap must be < 1, got {self.relative_gap!r}")
+        if isinstance(self.search_rounds, bool) or not isinstance(self.search_rounds, int):
+            raise ProblemError(f"search_rounds must be an integer, got {self.search_rounds!r}")
+        if not 0 <= self.search_rounds <= 1000:
+            raise ProblemError(f"search_rounds must be 0 to 1000, got {self.search_rounds!r}")
 
 
 @dataclass(frozen=True)
