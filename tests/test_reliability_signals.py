@@ -63,6 +63,15 @@ def _gone(pid: int, wait_s: float = 5.0) -> bool:
     return False
 
 
+def _as_from_a_terminal() -> None:
+    """Run in the child before exec: Ctrl-C and SIGTERM at their default
+    dispositions, as for a command started from a terminal. A test run in
+    the background (a CI job started with `&`) inherits SIGINT ignored, and
+    a process that starts with SIGINT ignored rightly keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _interrupt(tmp_path: Path, signum: int) -> tuple[subprocess.CompletedProcess, float]:
     ready = tmp_path / "ready"
     out = tmp_path / "plan.json"
@@ -74,6 +83,7 @@ def _interrupt(tmp_path: Path, signum: int) -> tuple[subprocess.CompletedProcess
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     deadline = time.monotonic() + 60
     while not ready.exists():
@@ -154,6 +164,7 @@ def _start_pipeline(tmp_path: Path, solver: str) -> tuple[subprocess.Popen, Path
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     return child, tmp
 
