@@ -134,6 +134,13 @@ def _report(title: str, unit: str, rows) -> list[float]:
     return errors
 
 
+def _assert_within(errors: list[float], tolerance: tuple[float, float]) -> None:
+    """Median and largest |error| within the stated (median, largest)."""
+    median, largest = tolerance
+    assert statistics.median(abs(e) for e in errors) <= median
+    assert max(abs(e) for e in errors) <= largest
+
+
 @pytest.fixture(scope="module")
 def tmp_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("published")
@@ -146,9 +153,7 @@ def test_korthikanti_table5_iteration_times(repo_root, tmp_dir, calibration):
         "s",
         korthikanti_rows(tmp_dir, calibration),
     )
-    median, largest = KORTHIKANTI_TOLERANCE[calibration]
-    assert statistics.median(abs(e) for e in errors) <= median
-    assert max(abs(e) for e in errors) <= largest
+    _assert_within(errors, KORTHIKANTI_TOLERANCE[calibration])
 
 
 @pytest.mark.parametrize("calibration", CALIBRATIONS)
@@ -158,9 +163,7 @@ def test_narayanan_table1_tflops_per_gpu(repo_root, tmp_dir, calibration):
         "T",
         narayanan_rows(tmp_dir, calibration),
     )
-    median, largest = NARAYANAN_TOLERANCE[calibration]
-    assert statistics.median(abs(e) for e in errors) <= median
-    assert max(abs(e) for e in errors) <= largest
+    _assert_within(errors, NARAYANAN_TOLERANCE[calibration])
 
 
 @pytest.mark.parametrize("calibration", CALIBRATIONS)
@@ -238,8 +241,7 @@ def test_korthikanti_table4_layer_times(repo_root, tmp_dir, calibration):
         )
     med = statistics.median(abs(e) for e in errors)
     print(f"median |error| {med * 100:.1f}%, largest {max(abs(e) for e in errors) * 100:.1f}%")
-    median_tol, largest_tol = TABLE4_TOLERANCE[calibration]
-    assert med <= median_tol and max(abs(e) for e in errors) <= largest_tol
+    _assert_within(errors, TABLE4_TOLERANCE[calibration])
 
 
 @pytest.mark.parametrize("calibration", CALIBRATIONS)

@@ -58,8 +58,9 @@ def step_shape(
     )
 
 
-def block_shape(model: ModelSpec, training: TrainingSpec) -> BlockShape:
-    """The model's block as the activation inventory sees it."""
+def block_shape(model: ModelSpec, sequence_length: int) -> BlockShape:
+    """The model's block, at `sequence_length` tokens per sequence, as the
+    activation inventory sees it."""
     return BlockShape(
         hidden=model.hidden_size,
         num_heads=model.num_heads,
@@ -67,7 +68,7 @@ def block_shape(model: ModelSpec, training: TrainingSpec) -> BlockShape:
         head_dim=model.head_dim,
         ffn=model.ffn_size,
         gated=model.ffn_kind is FfnKind.SWIGLU,
-        seq_len=training.sequence_length,
+        seq_len=sequence_length,
     )
 
 
@@ -147,7 +148,7 @@ def layer_activation_bytes(model: ModelSpec, training: TrainingSpec, sh: StepSha
     2022 inventory, cost_models.activations)."""
     per_token = layer_activation_bytes_per_token(
         training.recompute.value,
-        block_shape(model, training),
+        block_shape(model, training.sequence_length),
         sh.element_bytes,
         sh.tp,
         sh.sequence_parallel,

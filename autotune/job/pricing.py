@@ -51,12 +51,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.job.block import block_shape
 from autotune.job.candidates import Candidates
 from autotune.job.cluster_view import JobHardware
 from autotune.job.fc_pricing import fc_gemms, fc_times
 from autotune.specs.job_search import RECOMPUTE_MODES, AutoTrainingSpec
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
-from cost_models.activations import BlockShape, layer_activation_bytes_per_token
+from cost_models.activations import layer_activation_bytes_per_token
 from cost_models.elementwise import (
     adam_step_bytes_per_param,
     block_elementwise_ops,
@@ -182,15 +183,7 @@ def activation_bytes(model: ModelSpec, train: AutoTrainingSpec, c: Candidates) -
     mode (columns none, selective, full): the Korthikanti et al. 2022
     inventory (cost_models.activations) with every activation split over
     the tensor group (sequence parallelism, or MeshSlice's 2D split)."""
-    shape = BlockShape(
-        hidden=model.hidden_size,
-        num_heads=model.num_heads,
-        num_kv_heads=model.kv_heads,
-        head_dim=model.head_dim,
-        ffn=model.ffn_size,
-        gated=model.ffn_kind is FfnKind.SWIGLU,
-        seq_len=train.sequence_length,
-    )
+    shape = block_shape(model, train.sequence_length)
     t = c.tp.astype(float)
     tokens = (c.mbs * train.sequence_length).astype(float)
     cols = [
