@@ -63,14 +63,14 @@ CASES = {
 def run_case(name: str) -> dict:
     """One search in this process: seconds, counts and peak RSS."""
     sys.path.insert(0, str(REPO))
-    from autotune.job.cluster_view import load_job_hardware
+    from autotune.job.cluster_view import load_search_hardware
     from autotune.job.search import search
     from autotune.specs.job_search import AutoTrainingSpec, SearchConstraints
     from autotune.specs.model import ModelSpec
 
     case = CASES[name]
     model = ModelSpec(**case["model"])
-    hw = load_job_hardware(case["cluster"], "bf16")
+    hw = load_search_hardware(case["cluster"], "bf16")
     train = AutoTrainingSpec(global_batch_sequences=case["batch"], sequence_length=case["sequence"])
     t0, c0 = time.perf_counter(), time.process_time()
     out = search(model, hw, train, SearchConstraints())

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from autotune.job.candidates import enumerate_candidates
-from autotune.job.cluster_view import job_hardware
+from autotune.job.cluster_view import search_hardware
 from autotune.job.pricing import price
 from autotune.job.search import Evaluated, _sorted, exhaustive, memory_lower_bound, search
 from autotune.loading import load_calibration, load_cluster_spec
@@ -55,7 +55,7 @@ def small_hardware(hbm_gib: float, chips_per_node: int = 4, nodes: int = 2):
         }
     )
     calibration, _ = load_calibration(spec.calibration)
-    return job_hardware(spec, calibration, "bf16", workspace_gib=0.25)
+    return search_hardware(spec, calibration, "bf16", workspace_gib=0.25)
 
 
 LIMITS = SearchConstraints(

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from autotune.job.candidates import enumerate_candidates
-from autotune.job.cluster_view import load_job_hardware
+from autotune.job.cluster_view import load_search_hardware
 from autotune.job.pricing import price
 from autotune.job.step import plan_job
 from autotune.loading import load_plan_input
@@ -147,7 +147,7 @@ def test_closed_form_agrees_with_the_whole_step_model(name, tmp_path):
     assert whole.tensor_parallel == tp
 
     spec = ModelSpec(**model)
-    hw = load_job_hardware(cluster, "bf16", CALIBRATION)
+    hw = load_search_hardware(cluster, "bf16", CALIBRATION)
     auto = AutoTrainingSpec(
         tensor_mesh=[1, tp],
         data_parallel=dp,

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from autotune.job.candidates import enumerate_candidates
-from autotune.job.cluster_view import load_job_hardware
+from autotune.job.cluster_view import load_search_hardware
 from autotune.job.pricing import price
 from autotune.job.search import search
 from autotune.specs.job_search import AutoTrainingSpec, SearchConstraints
@@ -41,7 +41,7 @@ CALIBRATION = "a100-nominal"
 
 def _published_step(run, calibration: str) -> tuple[float, object]:
     model = ModelSpec(**run["model"])
-    hw = load_job_hardware(run["cluster"], "bf16", calibration)
+    hw = load_search_hardware(run["cluster"], "bf16", calibration)
     train = AutoTrainingSpec(
         global_batch_sequences=run["global_batch_sequences"], **ERA, **run["configuration"]
     )
@@ -112,7 +112,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
             ffn_size=4 * hidden,
             vocab_size=51200,
         )
-        hw = load_job_hardware(f"a100-hgx-{gpus // 8}n", "bf16", CALIBRATION)
+        hw = load_search_hardware(f"a100-hgx-{gpus // 8}n", "bf16", CALIBRATION)
         for mode, measured in (("full", full_s), ("selective", sel_s)):
             train = AutoTrainingSpec(
                 global_batch_sequences=batch,

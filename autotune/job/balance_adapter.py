@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.job.candidates import COLUMNS, Candidates
-from autotune.job.cluster_view import JobHardware
+from autotune.job.cluster_view import SearchHardware
 from autotune.job.pricing import (
     activation_bytes,
     block_figures,
@@ -84,7 +84,7 @@ def balance_key(c: Candidates, i: int, recompute_auto: bool) -> tuple[int, ...]:
 
 def balancer_options(
     model: ModelSpec,
-    hw: JobHardware,
+    hw: SearchHardware,
     train: AutoTrainingSpec,
     one: Candidates,
     acts: np.ndarray,
@@ -125,7 +125,7 @@ def balancer_options(
 
 def build_problem(
     model: ModelSpec,
-    hw: JobHardware,
+    hw: SearchHardware,
     train: AutoTrainingSpec,
     c: Candidates,
     i: int,
@@ -189,7 +189,7 @@ def build_problem(
 
 def balance_candidate(
     model: ModelSpec,
-    hw: JobHardware,
+    hw: SearchHardware,
     train: AutoTrainingSpec,
     c: Candidates,
     i: int,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.job.cluster_view import JobHardware
+from autotune.job.cluster_view import SearchHardware
 from autotune.specs.job_search import RECOMPUTE_MODES, AutoTrainingSpec, SearchConstraints
 from autotune.specs.model import ModelSpec
 
@@ -73,7 +73,7 @@ def _fixed(value, allowed: list[int]) -> list[int]:
 
 
 def tensor_meshes(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, limits: SearchConstraints
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, limits: SearchConstraints
 ) -> list[tuple[int, int]]:
     """(rows, cols) tensor meshes allowed by the cluster, the model's widths
     and the user's choices, ascending by chip count then rows."""
@@ -102,7 +102,7 @@ def tensor_meshes(
 
 
 def enumerate_candidates(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, limits: SearchConstraints
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, limits: SearchConstraints
 ) -> Candidates:
     """Every allowed configuration (see module docstring), canonical order."""
     cols_out: dict[str, list[int]] = {c: [] for c in COLUMNS}

@@ -23,9 +23,11 @@ NODE_KINDS = ("switched", "fully_connected")
 
 
 @dataclass(frozen=True)
-class JobHardware:
-    """Per-chip figures of one cluster (seconds, bytes, FLOP/s). A ring of
-    P chips moving `total` bytes takes `launch + (P-1) (step + total/P/bw)`."""
+class SearchHardware:
+    """Per-chip figures of one cluster as scalars (seconds, bytes, FLOP/s),
+    for the joint search's vectorised pricing (the single-configuration step
+    model resolves richer ones: job/hardware.py JobHardware). A ring of P
+    chips moving `total` bytes takes `launch + (P-1) (step + total/P/bw)`."""
 
     name: str
     num_chips: int
@@ -73,7 +75,7 @@ def _link(calibration: CalibrationSpec, kinds: tuple[str, ...]):
     return None
 
 
-def job_hardware(
+def search_hardware(
     spec: ClusterSpec,
     calibration: CalibrationSpec,
     dtype: str,
@@ -82,7 +84,7 @@ def job_hardware(
     memory_reserve_fraction: float = 0.05,
     base: Path | None = None,
     file: str | None = None,
-) -> JobHardware:
+) -> SearchHardware:
     """Resolve a cluster spec and its calibration into base units; an
     InputError names what the search cannot do without."""
     cluster = resolve_cluster(spec, base)
@@ -121,7 +123,7 @@ def job_hardware(
     if not nic_bw:
         nic_bw = node_bw  # one node: nothing crosses a NIC
     slowdown = spec.overlap_slowdown or calibration.overlap_slowdown
-    return JobHardware(
+    return SearchHardware(
         name=spec.name,
         num_chips=cluster.num_chips,
         chips_per_node=cluster.chips_per_node,
@@ -145,15 +147,15 @@ def job_hardware(
     )
 
 
-def load_job_hardware(
+def load_search_hardware(
     cluster_ref: str, dtype: str = "bf16", calibration_ref: str | None = None, **kw
-) -> JobHardware:
+) -> SearchHardware:
     """A cluster preset (`h100-hgx-32n`) or file, with its own or the given
-    calibration, as JobHardware."""
+    calibration, as SearchHardware."""
     from autotune.loading import cluster_file, load_calibration, load_cluster_spec
 
     spec, _ = load_cluster_spec(cluster_ref)
     path = cluster_file(str(cluster_ref), None)
     base = path.parent if path is not None else None
     calibration, _ = load_calibration(calibration_ref or spec.calibration, base)
-    return job_hardware(spec, calibration, dtype, base=base, **kw)
+    return search_hardware(spec, calibration, dtype, base=base, **kw)

@@ -30,7 +30,7 @@ import numpy as np
 
 from autotune.hardware.calibration import comm_model_for, compute_model_for
 from autotune.hardware.placement import place_mesh
-from autotune.job.cluster_view import JobHardware
+from autotune.job.cluster_view import SearchHardware
 from autotune.specs.model import FfnKind, ModelSpec
 from cost_models.meshslice import Dataflow, meshslice_times, valid_slice_counts
 from cost_models.types import MeshShape
@@ -74,7 +74,7 @@ def ring_s(total_bytes: float, size: int, link: tuple[float, float, float]) -> f
 
 
 def _best_meshslice(
-    dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape, hw: JobHardware, el: int
+    dataflow: Dataflow, m: int, n: int, k: int, mesh: MeshShape, hw: SearchHardware, el: int
 ) -> tuple[float, float]:
     """(total, compute) seconds at the fastest valid slice count; inf when
     the GEMM does not shard evenly over the mesh. Links and compute come
@@ -103,7 +103,7 @@ def _best_meshslice(
 
 @lru_cache(maxsize=4096)
 def fc_times(
-    model: ModelSpec, hw: JobHardware, rows: int, cols: int, tokens: int, element_bytes: int
+    model: ModelSpec, hw: SearchHardware, rows: int, cols: int, tokens: int, element_bytes: int
 ) -> FcTimes:
     """FC time of one block for `tokens` tokens per micro-batch (see module
     docstring); inf when the mesh cannot shard the block's GEMMs."""

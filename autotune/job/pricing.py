@@ -53,7 +53,7 @@ import numpy as np
 
 from autotune.job.block import block_shape
 from autotune.job.candidates import Candidates
-from autotune.job.cluster_view import JobHardware
+from autotune.job.cluster_view import SearchHardware
 from autotune.job.fc_pricing import fc_gemms, fc_times
 from autotune.specs.job_search import RECOMPUTE_MODES, AutoTrainingSpec
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
@@ -120,7 +120,7 @@ def block_params(model: ModelSpec) -> float:
 
 
 def block_figures(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates
 ) -> BlockFigures:
     """Per-block times and activations (module docstring), vectorised, with
     the whole-step model's formulas (cost_models.transformer_flops,
@@ -213,7 +213,7 @@ def _stage_layers(layers: int, pp: int, v: int) -> tuple[int, int, int, int]:
     return per_stage[0], per_stage[-1], middle, max(per_chunk)
 
 
-def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates) -> Priced:
+def price(model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates) -> Priced:
     """Step time, components and memory of every candidate (module docstring)."""
     el = train.dtype.num_bytes
     g_el = 4 if train.fp32_gradients else el
@@ -304,7 +304,7 @@ def price(model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candida
 
 
 def end_block_seconds(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per micro-batch on one chip: the head's forward (embedding lookup,
     `T h` elements written), the tail's forward and backward (output GEMM
@@ -333,7 +333,7 @@ def _split_counts(model: ModelSpec, c: Candidates) -> tuple[np.ndarray, np.ndarr
 
 
 def memory_bytes(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-chip bytes on the first and the last stage (0 when pp = 1):
     parameters, gradients and optimizer state by ZeRO stage, activations of
@@ -363,10 +363,10 @@ def memory_bytes(
 
 
 def _links(
-    hw: JobHardware, stride: np.ndarray, size: np.ndarray
+    hw: SearchHardware, stride: np.ndarray, size: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bandwidth, launch and per-step seconds of groups of `size` chips at
-    `stride` (JobHardware.group_link, vectorised)."""
+    `stride` (SearchHardware.group_link, vectorised)."""
     inside = stride * size <= hw.chips_per_node
     bw = np.where(inside, hw.intra_node_bytes_per_s, hw.inter_node_bytes_per_s)
     launch = np.where(inside, hw.intra_node_launch_s, hw.inter_node_launch_s)

@@ -44,7 +44,7 @@ from autotune.job.balance_adapter import (
     balancer_options,
 )
 from autotune.job.candidates import Candidates, enumerate_candidates
-from autotune.job.cluster_view import JobHardware
+from autotune.job.cluster_view import SearchHardware
 from autotune.job.pricing import (
     COMPONENTS,
     Priced,
@@ -97,7 +97,7 @@ class SearchOutcome:
 
 
 def memory_lower_bound(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates
 ) -> np.ndarray:
     """Bytes no stage assignment can go below on the fullest stage (step 2
     of the module docstring); exact closed-form memory for one stage."""
@@ -123,7 +123,7 @@ def memory_lower_bound(
 
 
 def _step_lower_bound(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, c: Candidates, p: Priced
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates, p: Priced
 ) -> np.ndarray:
     """Seconds no balanced plan of a pipelined candidate can beat.
 
@@ -189,7 +189,7 @@ def _sorted(items: list[Evaluated]) -> list[Evaluated]:
 
 def _mix_winner(
     model: ModelSpec,
-    hw: JobHardware,
+    hw: SearchHardware,
     train: AutoTrainingSpec,
     limits: SearchConstraints,
     c: Candidates,
@@ -217,7 +217,7 @@ def _mix_winner(
 
 def search(
     model: ModelSpec,
-    hw: JobHardware,
+    hw: SearchHardware,
     train: AutoTrainingSpec,
     limits: SearchConstraints,
     *,
@@ -331,7 +331,7 @@ def p_take(p: Priced, rows: np.ndarray) -> Priced:
 
 
 def exhaustive(
-    model: ModelSpec, hw: JobHardware, train: AutoTrainingSpec, limits: SearchConstraints
+    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, limits: SearchConstraints
 ) -> list[Evaluated]:
     """Reference for tests: every candidate evaluated with no pruning and no
     bound (single-stage ones in closed form, every pipelined one balanced),

@@ -117,12 +117,12 @@ def plan_search(inp: JobSearchInput) -> dict:
     """Run the search for a loaded input and return its JSON document;
     NoFeasiblePlanError (exit 1) when nothing fits, naming the closest miss."""
     from autotune.errors import NoFeasiblePlanError
-    from autotune.job.cluster_view import job_hardware
+    from autotune.job.cluster_view import search_hardware
     from autotune.job.search import search
     from autotune.job.search_document import document
 
     t = inp.training
-    hw = job_hardware(
+    hw = search_hardware(
         inp.cluster,
         inp.calibration,
         t.dtype.value,
