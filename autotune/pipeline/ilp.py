@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -148,8 +149,11 @@ def _make_solver(
             random_seed=RANDOM_SEED,
             **options,
         )
+    # CBC writes its log to `log_path` (its bound is read from there); PuLP
+    # would warn that the file replaces msg=True, so the log reaches stderr
+    # after the solve instead (_echo_log).
     cbc = DeadlineCbc(
-        msg=verbose,
+        msg=False,
         timeLimit=max(1, round(time_limit_s)),
         gapRel=gap,
         logPath=log_path,
@@ -173,6 +177,16 @@ def _set_start(problem: Problem, start: Assignment, n: dict, xv: dict, ys: dict)
     for (s, split), var in ys.items():
         mine = tuple(start.layers_in_chunk(c) for c in range(s, num, pp))
         var.setInitialValue(1 if mine == split else 0)
+
+
+def _echo_log(log_path: str) -> None:
+    """Copy CBC's log to stderr (`--verbose`)."""
+    try:
+        text = open(log_path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return
+    sys.stderr.write(text if text.endswith("\n") or not text else text + "\n")
+    sys.stderr.flush()
 
 
 def _cbc_bound(log_path: str) -> float | None:
@@ -493,6 +507,8 @@ def solve(
             bound = info.mip_dual_bound
         elif log_path is not None:
             bound = _cbc_bound(log_path)
+            if verbose:
+                _echo_log(log_path)
         if bound is not None and (bound != bound or abs(bound) == float("inf")):
             bound = None
 
