@@ -171,7 +171,8 @@ def compute_model_for(
 ) -> ComputeModel:
     """The roofline GEMM model: the chip's peak for `dtype` as the ceiling,
     the calibration's large-GEMM rate as a fraction of it (its efficiency
-    curve on top) and the chip's HBM bandwidth as the memory bound.
+    curve on top) and the HBM bandwidth as the memory bound: the
+    calibration's when it gives one (measured), else the chip's nominal.
 
     A constant rate above the peak is refused: a fit above peak is an error
     in the data or the dtype (hardware.md section 3). A fitted curve's
@@ -186,7 +187,9 @@ def compute_model_for(
         # no ceiling to hold a rate of another dtype against (the plan warns)
         return base
     rate = calibration.compute.effective_flops_per_s
-    hbm = cluster.hbm_bytes_per_s or base.hbm_bytes_per_s
+    # A calibration's HBM rate (measured on its chip) before the cluster's
+    # nominal one; `meshtune calibrate` writes the chip preset's.
+    hbm = base.hbm_bytes_per_s or cluster.hbm_bytes_per_s or 0.0
     curved = max(base.m_half, base.n_half, base.k_half) > 0
     if rate > peak * (1 + 1e-9) and not curved:
         raise InputError(

@@ -131,7 +131,11 @@ def search_hardware(
         gemm_efficiency=gemm_eff,
         attention_efficiency=attention_eff,
         hbm_bytes=float(cluster.hbm_bytes),
-        hbm_bytes_per_s=float(cluster.hbm_bytes_per_s),
+        # the calibration's HBM rate (measured) before the chip's nominal one
+        hbm_bytes_per_s=float(
+            (calibration.compute.hbm_bytes_per_s if calibration.compute else None)
+            or cluster.hbm_bytes_per_s
+        ),
         intra_node_bytes_per_s=float(node_bw),
         inter_node_bytes_per_s=float(nic_bw),
         intra_node_launch_s=inside.launch_s if inside else 0.0,

@@ -28,6 +28,8 @@ class JobHardware:
     hbm_bytes_per_s: float
     data_parallel: LinkParams | None
     pipeline: LinkParams | None
+    # compute beside a collective runs this much slower (the calibration's)
+    overlap_slowdown: float = 1.0
 
 
 def _need(value: float | None, field: str, why: str, inp: PlanInput) -> float:
@@ -62,7 +64,8 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
     hbm_bytes = cluster.hbm_bytes
     if hbm_bytes is None:
         _need(None, "hbm_gib", "the memory check", inp)
-    hbm_per_s = cluster.hbm_bytes_per_s
+    # the calibration's HBM rate (measured) before the chip's nominal one
+    hbm_per_s = ctx.compute.hbm_bytes_per_s or cluster.hbm_bytes_per_s
     if hbm_per_s is None:
         hbm_per_s = _need(c.hbm_gb_per_s, "hbm_gb_per_s", "memory-bound operations", inp) * GB
     gemm = ctx.compute
@@ -125,6 +128,7 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
                 t.pipeline_parallel > 1,
                 "pipeline transfers",
             ),
+            overlap_slowdown=ctx.overlap_slowdown,
         ),
         tuple(warnings),
     )
