@@ -9,6 +9,7 @@ from pathlib import Path
 CALIBRATION_PRESETS: dict[str, str] = {
     "tpu-v4": "tpu_v4.json",
     "a100-nominal": "a100_nominal.json",
+    "a100-measured": "a100_measured.json",
     "h100-nominal": "h100_nominal.json",
     "b200-nominal": "b200_nominal.json",
     "mi300x-nominal": "mi300x_nominal.json",
