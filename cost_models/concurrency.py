@@ -58,3 +58,30 @@ def concurrent_s(calls: Sequence[tuple[Axis, ArrayLike, ArrayLike]], comm: CommM
             carried = carried + transfer
         total = np.maximum(total, np.maximum(alone, first + carried))
     return total
+
+
+def overlapped_pair_saving_s(
+    data_comm_s: float,
+    data_compute_s: float,
+    weight_comm_s: float,
+    weight_compute_s: float,
+    overlap_slowdown: float,
+) -> float:
+    """Seconds saved in a column-parallel layer's backward when each GEMM's
+    collective runs beside the other GEMM (Megatron-LM's asynchronous
+    tensor-parallel all-reduce; Korthikanti et al. 2022 section 6.2).
+
+    Blocking, the two GEMMs and their collectives take
+    `c_d + x_d + c_w + x_w` (`c` communication, `x` compute, `d` the
+    input-gradient GEMM, `w` the weight-gradient GEMM). Overlapped, the
+    input gradient's all-reduce (reduce-scatter) `c_d` runs beside the
+    weight-gradient GEMM and the input's re-gather `c_w` beside the
+    input-gradient GEMM; compute beside a collective is slowed by
+    `overlap_slowdown` (`s`, the calibration's), so each pair takes
+    `max(c, s x)`. Saving = `sum over pairs (c + x - max(c, s x))`,
+    clipped at 0 (a pair never takes longer than blocking). Seconds.
+    """
+    saving = 0.0
+    for comm, compute in ((data_comm_s, weight_compute_s), (weight_comm_s, data_compute_s)):
+        saving += max(comm + compute - max(comm, overlap_slowdown * compute), 0.0)
+    return saving

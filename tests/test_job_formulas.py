@@ -226,3 +226,35 @@ def test_exposed_overlap():
 def test_zero_stages_never_grow_memory(params, d, g):
     totals = [model_state_bytes(params, z, d, 2, g).total for z in range(4)]
     assert all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(totals))
+
+
+def test_overlapped_backward_pair_by_hand():
+    from cost_models.concurrency import overlapped_pair_saving_s
+
+    # dgrad: 1.0 ms compute, 0.8 ms all-reduce; wgrad: 1.2 ms compute, no
+    # gather. Blocking 3.0 ms; overlapped: dgrad 1.0 + max(0.8, 1.1 * 1.2)
+    # = 2.32 ms, saving 0.68 ms (= 0.8 + 1.2 - 1.32).
+    assert overlapped_pair_saving_s(0.8e-3, 1.0e-3, 0.0, 1.2e-3, 1.1) == pytest.approx(0.68e-3)
+    # communication longer than the slowed compute beside it (2.0 ms against
+    # 1.2 x 0.5 ms): the pair takes the 2.0 ms of communication, so the whole
+    # 0.5 ms of compute is saved.
+    assert overlapped_pair_saving_s(2.0e-3, 0.0, 0.0, 0.5e-3, 1.2) == pytest.approx(0.5e-3)
+    # both pairs (sequence parallelism: the re-gather beside the dgrad GEMM)
+    both = overlapped_pair_saving_s(0.8e-3, 1.0e-3, 0.5e-3, 1.2e-3, 1.0)
+    assert both == pytest.approx(0.8e-3 + 0.5e-3)
+    # a slowdown so large that overlapping loses never costs time
+    assert overlapped_pair_saving_s(0.1e-3, 1.0e-3, 0.0, 1.0e-3, 3.0) == 0.0
+
+
+@given(
+    st.floats(0, 1e-2),
+    st.floats(0, 1e-2),
+    st.floats(0, 1e-2),
+    st.floats(0, 1e-2),
+    st.floats(1.0, 2.0),
+)
+def test_overlapped_backward_saves_at_most_the_shorter(cd, xd, cw, xw, slow):
+    from cost_models.concurrency import overlapped_pair_saving_s
+
+    saving = overlapped_pair_saving_s(cd, xd, cw, xw, slow)
+    assert 0.0 <= saving <= min(cd, xw) + min(cw, xd) + 1e-15

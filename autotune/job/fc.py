@@ -15,6 +15,7 @@ from autotune.plan.results import PlanResult
 from cost_models import GemmEstimate, MeshShape
 from cost_models.baselines.collective import collective_gemm
 from cost_models.baselines.common import InfeasibleError
+from cost_models.concurrency import overlapped_pair_saving_s
 
 
 @dataclass(frozen=True)
@@ -56,16 +57,29 @@ def meshslice_fc(result: PlanResult) -> FcTimes:
     )
 
 
-def megatron_fc(layers: Sequence[FCLayer], tp: int, hw: JobHardware, element_bytes: int) -> FcTimes:
+def megatron_fc(
+    layers: Sequence[FCLayer],
+    tp: int,
+    hw: JobHardware,
+    element_bytes: int,
+    overlap_backward: bool = False,
+    overlap_slowdown: float = 1.0,
+) -> FcTimes:
     """Megatron 1D TP with sequence parallelism on the `1 x tp` mesh (the
     Collective 2D GEMM on it, as cost_models.baselines.one_d prices it, but
     with the links `hw.comm` places on the cluster: NVSwitch on a GPU node):
     column-parallel layers (QKV, FFN gate/up) keep Y stationary, row-parallel
     ones (attention output, FFN down) keep X stationary. Blocking
-    collectives; the gathered input is one buffer."""
+    collectives, except with `overlap_backward`: a column-parallel layer's
+    backward overlaps each GEMM's collective with the other GEMM
+    (`overlapped_pair_saving_s`; a row-parallel layer's backward gathers
+    the output gradient both GEMMs need first, so it stays blocking). The
+    gathered input is one buffer."""
     pairs = []
+    saving_s = 0.0
     for layer in layers:
         st = Stationary.X if layer.name in (ATTN_OUT, FFN_DOWN) else Stationary.Y
+        by_pass = {}
         for shape in table1(layer, st, False):
             try:
                 est = collective_gemm(
@@ -84,4 +98,16 @@ def megatron_fc(layers: Sequence[FCLayer], tp: int, hw: JobHardware, element_byt
                     f"megatron-1d on {tp} chips: {layer.name} {shape.gemm_pass.value}: {exc}"
                 ) from None
             pairs.append((shape.gemm_pass, est))
-    return _sum(pairs, copies=1)
+            by_pass[shape.gemm_pass] = est.breakdown
+        if overlap_backward and st is Stationary.Y:
+            d, w = by_pass[GemmPass.BACKWARD_DATA], by_pass[GemmPass.BACKWARD_WEIGHT]
+            saving_s += overlapped_pair_saving_s(
+                d.exposed_comm_s, d.compute_s, w.exposed_comm_s, w.compute_s, overlap_slowdown
+            )
+    times = _sum(pairs, copies=1)
+    return FcTimes(
+        times.forward_s,
+        times.backward_s - saving_s,
+        times.exposed_comm_s - saving_s,
+        times.buffer_bytes,
+    )

@@ -172,7 +172,14 @@ def plan_job(inp: PlanInput, result: PlanResult, check_memory: bool = True) -> J
     if meshslice:
         fc = meshslice_fc(result)
     else:
-        fc = megatron_fc(fc_layers(m, t), tp, hw, sh.element_bytes)
+        fc = megatron_fc(
+            fc_layers(m, t),
+            tp,
+            hw,
+            sh.element_bytes,
+            overlap_backward=t.overlap_tensor_backward,
+            overlap_slowdown=hw.overlap_slowdown,
+        )
     lt = layer_times(m, t, fc, hw, sh)
     e = ends(m, t, hw, sh)
     if m.vocab_size is None:

@@ -115,6 +115,14 @@ class TrainingSpec(Spec):
         default=False,
         description="Keep and reduce gradients in fp32 (Megatron-LM main grads) instead of dtype.",
     )
+    overlap_tensor_backward: bool = Field(
+        default=False,
+        description="megatron-1d only: in the backward of a column-parallel layer (QKV, FFN "
+        "up/gate), run the input gradient's all-reduce (reduce-scatter with sequence "
+        "parallelism) beside the weight-gradient GEMM, and the input's re-gather beside the "
+        "input-gradient GEMM, as Megatron-LM's asynchronous tensor-parallel all-reduce does "
+        "(Korthikanti et al. 2022 section 6.2); false runs every collective blocking.",
+    )
     overlap_data_parallel: bool = Field(
         default=True,
         description="Overlap gradient reduction with the backward pass (and weight gathers "
