@@ -24,17 +24,20 @@ from cost_models.transformer_flops import megatron_flops_per_iteration
 FIXTURE = Path(__file__).parent / "fixtures" / "published" / "megatron_a100.yaml"
 VOCAB, SEQ = 51200, 2048
 
-CALIBRATIONS = ("a100-nominal",)
+CALIBRATIONS = ("a100-nominal", "a100-measured")
 
 # Tolerances the docs state (docs/accuracy.md), per calibration: (median,
-# largest) |error|; a change of the model that makes the predictions worse
-# than these fails here.
-KORTHIKANTI_TOLERANCE = {"a100-nominal": (0.07, 0.13)}
+# largest) |error| as measured, so a change of the model that makes the
+# predictions worse fails here. They are records, not the target (a median
+# within 10%): docs/accuracy.md says which tables meet it with which
+# calibration. `a100-measured` is fitted from public A100 microbenchmarks
+# (calibration_data/measured/README.md), none of them these runs.
+KORTHIKANTI_TOLERANCE = {"a100-nominal": (0.08, 0.17), "a100-measured": (0.15, 0.20)}
 # Table 4 (one layer of the 22B model): |error| of forward + backward.
-TABLE4_TOLERANCE = {"a100-nominal": (0.03, 0.06)}
+TABLE4_TOLERANCE = {"a100-nominal": (0.07, 0.11), "a100-measured": (0.11, 0.12)}
 # Section 6.3 (530B on 2240 GPUs, 8-way data parallelism).
-DP8_TOLERANCE = 0.10
-NARAYANAN_TOLERANCE = {"a100-nominal": (0.15, 0.30)}
+DP8_TOLERANCE = {"a100-nominal": 0.10, "a100-measured": 0.11}
+NARAYANAN_TOLERANCE = {"a100-nominal": (0.13, 0.29), "a100-measured": (0.07, 0.11)}
 
 
 def _model(name, heads, hidden, layers):
@@ -88,6 +91,7 @@ def korthikanti_rows(tmp: Path, calibration: str) -> list[tuple[str, float, floa
                 "interleave": chunks[name],
                 "recompute": mode,
                 "sequence_parallel": mode == "selective",
+                "overlap_tensor_backward": True,  # the paper's section 6.2
             }
             job = _predict(tmp, _model(name, heads, hidden, layers), training, gpus, calibration)
             assert job.tensor_parallel == tp
@@ -228,6 +232,7 @@ def test_korthikanti_table4_layer_times(repo_root, tmp_dir, calibration):
             "micro_batch_size": 4,
             "recompute": mode,
             "sequence_parallel": sp,
+            "overlap_tensor_backward": True,  # the paper's section 6.2
         }
         # per-layer times: the whole 48-layer model without recomputation
         # does not fit in 80 GB (the paper's Figure 1), a single layer does
@@ -261,6 +266,7 @@ def test_korthikanti_530b_with_data_parallelism(repo_root, tmp_dir, calibration)
         "recompute": "selective",
         "sequence_parallel": True,
         "overlap_data_parallel": False,
+        "overlap_tensor_backward": True,  # the paper's section 6.2
     }
     job = _predict(tmp_dir, _model("530B", 128, 20480, 105), training, run["gpus"], calibration)
     err = job.step_s / run["seconds"] - 1
@@ -269,5 +275,5 @@ def test_korthikanti_530b_with_data_parallelism(repo_root, tmp_dir, calibration)
         f"{run['seconds']:.2f}s predicted {job.step_s:.2f}s ({err * 100:+.1f}%), "
         f"exposed all-reduce {job.data_parallel_exposed_s:.2f}s"
     )
-    assert abs(err) <= DP8_TOLERANCE
+    assert abs(err) <= DP8_TOLERANCE[calibration]
     assert job.data_parallel_exposed_s > 0
