@@ -36,7 +36,7 @@ from autotune.specs.calibration import (
     RegimeSpec,
     SourceFile,
 )
-from autotune.specs.chip import ChipSpec
+from autotune.specs.chip import ChipSpec, FigureKind
 
 #: (operation, mesh axis) pairs the planner prices: the MeshSlice collectives
 #: on both axes, and send-recv for layout transposes
@@ -412,6 +412,9 @@ def build_result(
         derived=derived,
         from_preset=from_preset,
         expected_error=_expected_error(comm_fits, compute_fit),
+        # what the inputs measured; kept_from_base, derived and from_preset
+        # name the rest
+        figures=FigureKind.FITTED,
     )
     return CalibrationResult(
         spec=spec,
