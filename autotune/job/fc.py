@@ -12,7 +12,7 @@ from autotune.job.hardware import JobHardware
 from autotune.plan.dataflow import GemmPass, Stationary, table1
 from autotune.plan.layers import ATTN_OUT, FFN_DOWN, FCLayer
 from autotune.plan.results import PlanResult
-from cost_models import GemmEstimate, MeshShape
+from cost_models import CommModel, ComputeModel, GemmEstimate, MeshShape
 from cost_models.baselines.collective import collective_gemm
 from cost_models.baselines.common import InfeasibleError
 
@@ -56,13 +56,16 @@ def meshslice_fc(result: PlanResult) -> FcTimes:
     )
 
 
-def megatron_fc(layers: Sequence[FCLayer], tp: int, hw: JobHardware, element_bytes: int) -> FcTimes:
-    """Megatron 1D TP with sequence parallelism on the `1 x tp` mesh (the
-    Collective 2D GEMM on it, as cost_models.baselines.one_d prices it, but
-    with the links `hw.comm` places on the cluster: NVSwitch on a GPU node):
-    column-parallel layers (QKV, FFN gate/up) keep Y stationary, row-parallel
-    ones (attention output, FFN down) keep X stationary. Blocking
-    collectives; the gathered input is one buffer."""
+def megatron_estimates(
+    layers: Sequence[FCLayer], tp: int, comm: CommModel, gemm: ComputeModel, element_bytes: int
+) -> list[tuple[GemmPass, GemmEstimate]]:
+    """Each layer's forward, backward-data and backward-weight GEMM under
+    Megatron 1D TP with sequence parallelism on the `1 x tp` mesh: the
+    Collective 2D GEMM on it (as cost_models.baselines.one_d prices it, but
+    with the links `comm` places on the cluster: NVSwitch on a GPU node),
+    column-parallel layers (QKV, FFN gate/up) keeping Y stationary,
+    row-parallel ones (attention output, FFN down) X stationary. Raises
+    InfeasibleError when a layer does not split evenly over `tp`."""
     pairs = []
     for layer in layers:
         st = Stationary.X if layer.name in (ATTN_OUT, FFN_DOWN) else Stationary.Y
@@ -75,13 +78,22 @@ def megatron_fc(layers: Sequence[FCLayer], tp: int, hw: JobHardware, element_byt
                     shape.k,
                     MeshShape(1, tp),
                     element_bytes,
-                    hw.comm,
-                    hw.gemm,
+                    comm,
+                    gemm,
                     shape.transposed,
                 )
             except InfeasibleError as exc:
-                raise NoFeasiblePlanError(
-                    f"megatron-1d on {tp} chips: {layer.name} {shape.gemm_pass.value}: {exc}"
-                ) from None
+                raise InfeasibleError(f"{layer.name} {shape.gemm_pass.value}: {exc}") from None
             pairs.append((shape.gemm_pass, est))
+    return pairs
+
+
+def megatron_fc(layers: Sequence[FCLayer], tp: int, hw: JobHardware, element_bytes: int) -> FcTimes:
+    """Megatron 1D TP with sequence parallelism (:func:`megatron_estimates`
+    on the links of `hw.comm`). Blocking collectives; the gathered input is
+    one buffer."""
+    try:
+        pairs = megatron_estimates(layers, tp, hw.comm, hw.gemm, element_bytes)
+    except InfeasibleError as exc:
+        raise NoFeasiblePlanError(f"megatron-1d on {tp} chips: {exc}") from None
     return _sum(pairs, copies=1)
