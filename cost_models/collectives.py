@@ -10,7 +10,7 @@ from cost_models.types import CommCost, LinkParams
 
 
 def ring_collective_terms(
-    link: LinkParams, ring_size: int, shard_bytes: ArrayLike
+    link: LinkParams, ring_size: ArrayLike, shard_bytes: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Launch, sync and transfer seconds of one ring all-gather,
     reduce-scatter or send-recv step sequence.
@@ -22,7 +22,8 @@ def ring_collective_terms(
     `ring_size` is P (chips on the ring, >= 1); `shard_bytes` is one chip's
     piece in bytes: the input piece for an all-gather, the output piece for
     a reduce-scatter, the message for a send-recv. A ring of one chip sends
-    nothing and costs nothing. Vectorised over `shard_bytes`.
+    nothing and costs nothing. Vectorised over `shard_bytes` and
+    `ring_size` (arrays broadcast against each other).
 
     Assumes a contention-free ring (each torus row or column is its own
     ring), which is why the model fits TPU tori well (seed 000 section 5.3).
@@ -38,29 +39,32 @@ def ring_collective_terms(
     result is bit-for-bit the single straight line.
     """
     shard = np.asarray(shard_bytes, dtype=float)
-    if ring_size <= 1:
+    ring = np.asarray(ring_size)
+    if ring.ndim == 0 and ring <= 1:
         zero = np.zeros_like(shard)
         return zero, zero, zero
-    steps = ring_size - 1
+    steps = ring - 1 if ring.ndim == 0 else np.maximum(ring - 1, 0)
+    shape = np.broadcast_shapes(shard.shape, ring.shape)
+    moves = np.broadcast_to(steps > 0, shape)
     if not link.regimes:
-        launch = np.full_like(shard, link.launch_s)
-        sync = np.full_like(shard, steps * link.sync_s)
-        transfer = steps * shard / link.link_bytes_per_s
+        launch = np.where(moves, link.launch_s, 0.0)
+        sync = np.broadcast_to(steps * link.sync_s, shape).astype(float)
+        transfer = np.broadcast_to(steps * shard / link.link_bytes_per_s, shape).astype(float)
         return launch, sync, transfer
-    launch = np.zeros_like(shard)
-    sync = np.zeros_like(shard)
-    transfer = np.zeros_like(shard)
-    below = np.zeros(shard.shape, dtype=bool)
+    launch = np.zeros(shape)
+    sync = np.zeros(shape)
+    transfer = np.zeros(shape)
+    below = np.zeros(shape, dtype=bool)
     for regime in link.regimes:
         here = (shard <= regime.max_shard_bytes) & ~below
-        launch = np.where(here, regime.launch_s, launch)
+        launch = np.where(here & moves, regime.launch_s, launch)
         sync = np.where(here, steps * regime.sync_s, sync)
         transfer = np.where(here, steps * shard / regime.link_bytes_per_s, transfer)
         below |= here
     return launch, sync, transfer
 
 
-def ring_collective_s(link: LinkParams, ring_size: int, shard_bytes: ArrayLike) -> np.ndarray:
+def ring_collective_s(link: LinkParams, ring_size: ArrayLike, shard_bytes: ArrayLike) -> np.ndarray:
     """Total seconds of one ring collective: the sum of
     :func:`ring_collective_terms` (same formula, units and source)."""
     launch, sync, transfer = ring_collective_terms(link, ring_size, shard_bytes)

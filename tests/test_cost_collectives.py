@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cost_models import LinkParams, pipelined_broadcast_cost, ring_collective_cost, send_recv_cost
+from cost_models import (
+    LinkParams,
+    LinkRegime,
+    pipelined_broadcast_cost,
+    ring_collective_cost,
+    ring_collective_s,
+    send_recv_cost,
+)
 
 LINK = LinkParams(launch_s=10e-6, sync_s=2e-6, link_bytes_per_s=1e9)
 
@@ -65,3 +73,20 @@ def test_ring_collective_monotone(ring, shard, extra):
     assert ring_collective_cost(LINK, ring, shard + extra).total_s > t1
     assert ring_collective_cost(LINK, ring + 1, shard).total_s > t1
     assert math.isfinite(t1) and t1 >= LINK.launch_s
+
+
+def test_ring_sizes_vectorised_with_regimes():
+    # Pieces up to 1 kB: 5us + (P-1)(1us + b/1e8); above: 10us + (P-1)(2us + b/1e9).
+    # P = 1, 2, 5 with 500 B, 500 B, 1e6 B pieces:
+    #   P=1: nothing; P=2: 5us + 1us + 5us = 11us; P=5: 10us + 4*(2us + 1ms).
+    link = LinkParams(
+        10e-6,
+        2e-6,
+        1e9,
+        regimes=(LinkRegime(1e3, 5e-6, 1e-6, 1e8), LinkRegime(math.inf, 10e-6, 2e-6, 1e9)),
+    )
+    t = ring_collective_s(link, np.array([1, 2, 5]), np.array([500.0, 500.0, 1e6]))
+    assert t == pytest.approx([0.0, 11e-6, 10e-6 + 4 * (2e-6 + 1e-3)])
+    # each element as the scalar ring size gives it
+    for p, b, want in zip((1, 2, 5), (500.0, 500.0, 1e6), t, strict=True):
+        assert float(ring_collective_s(link, p, b)) == want

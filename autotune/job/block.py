@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import ArrayLike
+
 from autotune.job.fc import FcTimes
 from autotune.job.hardware import JobHardware
 from autotune.job.result import LayerTimes
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
 from autotune.specs.training import AttentionKernel, Recompute, TrainingSpec
-from cost_models import Axis, CollectiveOp, ring_collective_s
+from cost_models import Axis, CollectiveOp, ComputeModel, ring_collective_s
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
 from cost_models.elementwise import (
     block_elementwise_ops,
@@ -72,6 +75,46 @@ def block_shape(model: ModelSpec, sequence_length: int) -> BlockShape:
     )
 
 
+def unfused_attention_forward_s(
+    gemm: ComputeModel,
+    sequences: ArrayLike,
+    num_heads: int,
+    seq_len: int,
+    head_dim: int,
+    tp: ArrayLike,
+) -> np.ndarray:
+    """Forward seconds on one chip of the unfused attention core: for each
+    of the `sequences x num_heads / tp` heads it holds, the score GEMM
+    `Q K^T` (`s x s x d`) and the context GEMM `P V` (`s x d x s`), each
+    priced by the GEMM model (efficiency curve and roofline)::
+
+        t = b nh / tp * (gemm_s(s, s, d) + gemm_s(s, d, s))
+
+    No causal skipping (`4 b nh s^2 d / tp` FLOPs, Korthikanti et al. 2022
+    section 4.1). Vectorised over `sequences` and `tp`."""
+    per_head = float(
+        gemm.gemm_s(seq_len, seq_len, head_dim) + gemm.gemm_s(seq_len, head_dim, seq_len)
+    )
+    heads = np.asarray(sequences, dtype=float) * num_heads / np.asarray(tp, dtype=float)
+    return heads * per_head
+
+
+def logits_gemm_s(
+    gemm: ComputeModel, tokens: ArrayLike, vocab_shard: ArrayLike, hidden: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds on one chip of the output layer's GEMMs
+    for `tokens` tokens against a `hidden x vocab_shard` weight shard: the
+    logits `tokens x vocab_shard x hidden`, then backward-data
+    `tokens x hidden x vocab_shard` and backward-weight
+    `hidden x vocab_shard x tokens`, each priced by the GEMM model
+    (efficiency curve and roofline; `2 T h V` FLOPs each). Vectorised."""
+    n = np.asarray(tokens, dtype=float)
+    vs = np.asarray(vocab_shard, dtype=float)
+    forward = gemm.gemm_s(n, vs, hidden)
+    backward = gemm.gemm_s(n, hidden, vs) + gemm.gemm_s(hidden, vs, n)
+    return forward, backward
+
+
 def layer_times(
     model: ModelSpec, training: TrainingSpec, fc: FcTimes, hw: JobHardware, sh: StepShape
 ) -> LayerTimes:
@@ -91,8 +134,7 @@ def layer_times(
         attn_f = flops / hw.attention_flops_per_s
         attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
     else:
-        per_chip = b * nh / sh.tp
-        attn_f = per_chip * float(hw.gemm.gemm_s(s, s, d) + hw.gemm.gemm_s(s, d, s))
+        attn_f = float(unfused_attention_forward_s(hw.gemm, b, nh, s, d, sh.tp))
         attn_b = 2.0 * attn_f
     ops = block_elementwise_ops(
         model.hidden_size,
@@ -204,8 +246,7 @@ def ends(model: ModelSpec, training: TrainingSpec, hw: JobHardware, sh: StepShap
     head_b = n * 3 * e * h / ring / bw + (comm / 2)
     norm_split = t if sh.sequence_parallel else 1
     vs = v / ring
-    logits_f = float(hw.gemm.gemm_s(n, vs, h))
-    logits_b = float(hw.gemm.gemm_s(n, h, vs) + hw.gemm.gemm_s(h, vs, n))
+    logits_f, logits_b = (float(x) for x in logits_gemm_s(hw.gemm, n, vs, h))
     loss_f, loss_b = loss_bytes_per_token(v, e)
     norm_tokens = sh.tokens / norm_split
     tail_f = norm_tokens * 2 * e * h / bw + comm / 2 + logits_f + n * loss_f / ring / bw

@@ -12,7 +12,7 @@ from autotune.job.hardware import JobHardware
 from autotune.plan.dataflow import GemmPass, Stationary, table1
 from autotune.plan.layers import ATTN_OUT, FFN_DOWN, FCLayer
 from autotune.plan.results import PlanResult
-from cost_models import GemmEstimate, MeshShape
+from cost_models import CommModel, ComputeModel, GemmEstimate, MeshShape
 from cost_models.baselines.collective import collective_gemm
 from cost_models.baselines.common import InfeasibleError
 from cost_models.concurrency import overlapped_pair_saving_s
@@ -57,29 +57,19 @@ def meshslice_fc(result: PlanResult) -> FcTimes:
     )
 
 
-def megatron_fc(
-    layers: Sequence[FCLayer],
-    tp: int,
-    hw: JobHardware,
-    element_bytes: int,
-    overlap_backward: bool = False,
-    overlap_slowdown: float = 1.0,
-) -> FcTimes:
-    """Megatron 1D TP with sequence parallelism on the `1 x tp` mesh (the
-    Collective 2D GEMM on it, as cost_models.baselines.one_d prices it, but
-    with the links `hw.comm` places on the cluster: NVSwitch on a GPU node):
-    column-parallel layers (QKV, FFN gate/up) keep Y stationary, row-parallel
-    ones (attention output, FFN down) keep X stationary. Blocking
-    collectives, except with `overlap_backward`: a column-parallel layer's
-    backward overlaps each GEMM's collective with the other GEMM
-    (`overlapped_pair_saving_s`; a row-parallel layer's backward gathers
-    the output gradient both GEMMs need first, so it stays blocking). The
-    gathered input is one buffer."""
+def megatron_estimates(
+    layers: Sequence[FCLayer], tp: int, comm: CommModel, gemm: ComputeModel, element_bytes: int
+) -> list[tuple[GemmPass, GemmEstimate]]:
+    """Each layer's forward, backward-data and backward-weight GEMM under
+    Megatron 1D TP with sequence parallelism on the `1 x tp` mesh: the
+    Collective 2D GEMM on it (as cost_models.baselines.one_d prices it, but
+    with the links `comm` places on the cluster: NVSwitch on a GPU node),
+    column-parallel layers (QKV, FFN gate/up) keeping Y stationary,
+    row-parallel ones (attention output, FFN down) X stationary. Raises
+    InfeasibleError when a layer does not split evenly over `tp`."""
     pairs = []
-    saving_s = 0.0
     for layer in layers:
         st = Stationary.X if layer.name in (ATTN_OUT, FFN_DOWN) else Stationary.Y
-        by_pass = {}
         for shape in table1(layer, st, False):
             try:
                 est = collective_gemm(
@@ -89,22 +79,62 @@ def megatron_fc(
                     shape.k,
                     MeshShape(1, tp),
                     element_bytes,
-                    hw.comm,
-                    hw.gemm,
+                    comm,
+                    gemm,
                     shape.transposed,
                 )
             except InfeasibleError as exc:
-                raise NoFeasiblePlanError(
-                    f"megatron-1d on {tp} chips: {layer.name} {shape.gemm_pass.value}: {exc}"
-                ) from None
+                raise InfeasibleError(f"{layer.name} {shape.gemm_pass.value}: {exc}") from None
             pairs.append((shape.gemm_pass, est))
-            by_pass[shape.gemm_pass] = est.breakdown
-        if overlap_backward and st is Stationary.Y:
-            d, w = by_pass[GemmPass.BACKWARD_DATA], by_pass[GemmPass.BACKWARD_WEIGHT]
-            saving_s += overlapped_pair_saving_s(
-                d.exposed_comm_s, d.compute_s, w.exposed_comm_s, w.compute_s, overlap_slowdown
-            )
+    return pairs
+
+
+def megatron_backward_overlap_s(
+    layers: Sequence[FCLayer],
+    pairs: Sequence[tuple[GemmPass, GemmEstimate]],
+    overlap_slowdown: float,
+) -> float:
+    """Seconds Megatron-LM's asynchronous tensor-parallel all-reduce saves in
+    the backward of `pairs` (:func:`megatron_estimates` of `layers`): in a
+    column-parallel layer (QKV, FFN gate/up) each backward GEMM's collective
+    runs beside the other backward GEMM
+    (cost_models.concurrency.overlapped_pair_saving_s); a row-parallel
+    layer's backward first gathers the output gradient both GEMMs need, so
+    it saves nothing."""
+    if len(pairs) != 3 * len(layers):
+        raise ValueError("pairs must hold three GEMMs per layer (megatron_estimates)")
+    saving_s = 0.0
+    for i, layer in enumerate(layers):
+        if layer.name in (ATTN_OUT, FFN_DOWN):
+            continue
+        by_pass = {p: est.breakdown for p, est in pairs[3 * i : 3 * i + 3]}
+        d, w = by_pass[GemmPass.BACKWARD_DATA], by_pass[GemmPass.BACKWARD_WEIGHT]
+        saving_s += overlapped_pair_saving_s(
+            d.exposed_comm_s, d.compute_s, w.exposed_comm_s, w.compute_s, overlap_slowdown
+        )
+    return saving_s
+
+
+def megatron_fc(
+    layers: Sequence[FCLayer],
+    tp: int,
+    hw: JobHardware,
+    element_bytes: int,
+    overlap_backward: bool = False,
+) -> FcTimes:
+    """Megatron 1D TP with sequence parallelism (:func:`megatron_estimates`
+    on the links of `hw.comm`). Blocking collectives, except with
+    `overlap_backward` (:func:`megatron_backward_overlap_s`, compute beside
+    a collective slowed by `hw.overlap_slowdown`); the gathered input is one
+    buffer."""
+    try:
+        pairs = megatron_estimates(layers, tp, hw.comm, hw.gemm, element_bytes)
+    except InfeasibleError as exc:
+        raise NoFeasiblePlanError(f"megatron-1d on {tp} chips: {exc}") from None
     times = _sum(pairs, copies=1)
+    if not overlap_backward:
+        return times
+    saving_s = megatron_backward_overlap_s(layers, pairs, hw.overlap_slowdown)
     return FcTimes(
         times.forward_s,
         times.backward_s - saving_s,

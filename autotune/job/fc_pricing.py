@@ -10,9 +10,13 @@ search of MeshSlice runs once per pair and GEMM, not once per candidate.
   `T x h` activation); backward issues twice as many (column-parallel
   layers reduce-scatter the data gradient and all-gather their input again
   for the weight gradient, row-parallel ones all-gather the output gradient
-  for both GEMMs: Table 1's Y- and X-stationary rows, as the whole-step
-  model's `megatron_fc` and cost_models.baselines.one_d price them). The
-  collectives block, so their time adds to the GEMMs'.
+  for both GEMMs: Table 1's Y- and X-stationary rows), priced by the
+  whole-step model's own function (job/fc.py `megatron_estimates`): each
+  local GEMM by the calibration's GEMM model (efficiency curve, bounded by
+  the chip's peak and HBM), each ring collective on the links placed on the
+  cluster with their size regimes. The collectives block, so their time
+  adds to the GEMMs'. The closed form fuses SwiGLU's gate and up
+  projections into one GEMM, as Megatron-LM does.
 - `r x c` meshes with `r, c > 1` are MeshSlice (cost_models.meshslice): every
   GEMM's forward (OS), backward-data (LS) and backward-weight (RS) at its best
   valid slice count, on the links the hardware layer places each mesh axis
@@ -28,12 +32,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.hardware.calibration import comm_model_for, compute_model_for
+from autotune.hardware.calibration import comm_model_for
 from autotune.hardware.placement import place_mesh
 from autotune.job.cluster_view import SearchHardware
+from autotune.job.fc import megatron_backward_overlap_s, megatron_estimates
+from autotune.plan.dataflow import GemmPass
+from autotune.plan.layers import ATTN_OUT, FFN_DOWN, FFN_UP, QKV, FCLayer
 from autotune.specs.model import FfnKind, ModelSpec
+from cost_models.baselines.common import InfeasibleError
 from cost_models.meshslice import Dataflow, meshslice_times, valid_slice_counts
-from cost_models.types import MeshShape
+from cost_models.types import CommModel, MeshShape
 
 # MeshSlice slicing block: 128 x 8 tiles (TPU) and 8-wide GEMM tiles on GPUs
 # alike keep slice widths a multiple of 8 elements.
@@ -63,14 +71,11 @@ def fc_gemms(model: ModelSpec) -> list[tuple[int, int]]:
     return [(h, qkv), (model.attention_width, h), (h, up), (model.ffn_size, h)]
 
 
-def ring_s(total_bytes: float, size: int, link: tuple[float, float, float]) -> float:
-    """Ring all-gather or reduce-scatter of a `total_bytes` tensor over
-    `size` chips on `link` = (bytes/s, launch s, per-step s):
-    `launch + (size - 1) * (step + total_bytes / size / bw)`."""
-    if size <= 1:
-        return 0.0
-    bw, launch, step = link
-    return launch + (size - 1) * (step + total_bytes / size / bw)
+def _placed_comm(hw: SearchHardware, mesh: MeshShape) -> CommModel:
+    """The calibration's links of both axes of `mesh` placed on the cluster
+    (axes sharing a switch share its bandwidth), size regimes included."""
+    assert hw.cluster is not None and hw.calibration is not None, "SearchHardware without cluster"
+    return comm_model_for(hw.calibration, place_mesh(hw.cluster, mesh))
 
 
 def _best_meshslice(
@@ -81,10 +86,8 @@ def _best_meshslice(
     from the hardware layer: the mesh placed on the cluster (axes sharing a
     switch share its bandwidth) and the calibration's roofline GEMM."""
     counts = valid_slice_counts(dataflow, m, n, k, mesh, SLICE_BLOCK, MAX_SLICES)
-    if not counts or hw.cluster is None or hw.calibration is None:
+    if not counts:
         return math.inf, math.inf
-    comm = comm_model_for(hw.calibration, place_mesh(hw.cluster, mesh))
-    compute = compute_model_for(hw.calibration, hw.cluster, hw.dtype, el)
     t = meshslice_times(
         dataflow,
         m,
@@ -93,8 +96,8 @@ def _best_meshslice(
         mesh,
         counts,
         el,
-        comm,
-        compute,
+        _placed_comm(hw, mesh),
+        hw.gemm,
         overlap_slowdown=hw.overlap_slowdown,
     )
     best = int(np.argmin(t["total_s"]))
@@ -103,17 +106,42 @@ def _best_meshslice(
 
 @lru_cache(maxsize=4096)
 def fc_times(
-    model: ModelSpec, hw: SearchHardware, rows: int, cols: int, tokens: int, element_bytes: int
+    model: ModelSpec,
+    hw: SearchHardware,
+    rows: int,
+    cols: int,
+    tokens: int,
+    element_bytes: int,
+    overlap_backward: bool = False,
 ) -> FcTimes:
     """FC time of one block for `tokens` tokens per micro-batch (see module
-    docstring); inf when the mesh cannot shard the block's GEMMs."""
+    docstring); inf when the mesh cannot shard the block's GEMMs.
+    `overlap_backward` (1D meshes): Megatron-LM's asynchronous
+    tensor-parallel all-reduce (job/fc.py `megatron_backward_overlap_s`)."""
     gemms = fc_gemms(model)
-    t = rows * cols
-    rate = hw.peak_flops_per_s * hw.gemm_efficiency
     if rows == 1:
-        flops = sum(2.0 * tokens * i * o for i, o in gemms) / t
-        comm = 4 * ring_s(tokens * model.hidden_size * element_bytes, t, hw.group_link(1, t))
-        return FcTimes(flops / rate + comm, 2 * (flops / rate + comm), comm, 2 * comm)
+        layers = [
+            FCLayer(name, i, o, tokens, 1)
+            for name, (i, o) in zip((QKV, ATTN_OUT, FFN_UP, FFN_DOWN), gemms, strict=True)
+        ]
+        comm = _placed_comm(hw, MeshShape(1, cols))
+        try:
+            pairs = megatron_estimates(layers, cols, comm, hw.gemm, element_bytes)
+        except InfeasibleError:
+            return FcTimes(math.inf, math.inf, math.inf, math.inf)
+        fwd = [e for p, e in pairs if p is GemmPass.FORWARD]
+        bwd = [e for p, e in pairs if p is not GemmPass.FORWARD]
+        saving_s = (
+            megatron_backward_overlap_s(layers, pairs, hw.overlap_slowdown)
+            if overlap_backward
+            else 0.0
+        )
+        return FcTimes(
+            sum(e.total_s for e in fwd),
+            sum(e.total_s for e in bwd) - saving_s,
+            sum(e.breakdown.exposed_comm_s for e in fwd),
+            sum(e.breakdown.exposed_comm_s for e in bwd) - saving_s,
+        )
     mesh = MeshShape(rows, cols)
     fwd = fwd_c = bwd = bwd_c = 0.0
     for i, o in gemms:

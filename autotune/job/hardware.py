@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.errors import InputError
+from autotune.hardware.calibration import link_params
 from autotune.plan.context import search_context
 from autotune.specs.plan_input import PlanInput
 from autotune.specs.training import FcAlgorithm
@@ -53,7 +54,7 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
     `network_latency_us` per ring step); else the calibration's all-gather
     (data parallel) or send-recv (pipeline) entry for the resource the group
     crosses (`scale_out` when its members sit in different nodes, else the
-    node's kind); else the cluster's nominal NIC or node rate."""
+    node's kind), with its size regimes; else the cluster's nominal NIC or node rate."""
     c, t = inp.cluster, inp.training
     ctx = search_context(inp)
     cluster = ctx.cluster
@@ -95,7 +96,7 @@ def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[st
         resource = "scale_out" if spans else cluster.topology.value
         entry = inp.calibration.collectives.get(op, {}).get(resource)
         if entry is not None:
-            return LinkParams(entry.launch_s, entry.sync_s, entry.link_bytes_per_s)
+            return link_params(entry)  # the calibrated line and its size regimes
         rate = cluster.scale_out_bytes_per_s if spans else cluster.node_bytes_per_s
         if rate is None:
             _need(None, field, why, inp)

@@ -1,7 +1,10 @@
 """Closed-form step time and memory of every candidate at once (numpy).
 
 The per-block terms use the whole-step model's formulas (cost_models:
-transformer_flops, elementwise, activations), evaluated on arrays of
+transformer_flops, elementwise, activations) and hardware models (every GEMM
+by the calibration's GEMM model: its efficiency curve bounded by the chip's
+peak and HBM, `SearchHardware.gemm`; every ring collective by
+`ring_collective_s` with the calibrated size regimes), evaluated on arrays of
 candidates. Per block and micro-batch on one chip (tokens `T = b s`, tensor
 chips `t`; every activation split over the group, as sequence parallelism
 and MeshSlice's 2D split do):
@@ -9,8 +12,8 @@ and MeshSlice's 2D split do):
 - FC layers: :func:`autotune.job.fc_pricing.fc_times` (cached per mesh and T);
 - attention core: `4 b nh s^2 d / t` FLOPs forward, halved by a causal flash
   kernel at the attention rate with a 2.5x backward
-  (`FLASH_BACKWARD_GEMMS / 2`), or unfused batched GEMMs at the GEMM rate
-  with a 2x backward;
+  (`FLASH_BACKWARD_GEMMS / 2`), or unfused batched GEMMs by the GEMM model
+  (job/block.py `unfused_attention_forward_s`) with a 2x backward;
 - memory-bound ops (norms, residual adds, dropouts, rotary, the FFN
   activation, and the unfused core's softmax and dropout) over HBM:
   `elementwise_s` with the bytes of `block_elementwise_ops`;
@@ -18,18 +21,20 @@ and MeshSlice's 2D split do):
   with its softmax and dropout (nothing under flash, whose kernel
   recomputes the scores anyway), full the block's whole forward;
 - head (first stage): embedding lookup, `T h` elements written; tail (last
-  stage): output GEMM `2 T h V / t` FLOPs forward (2x backward) and the fp32
+  stage): output GEMMs (`2 T h V / t` FLOPs forward, twice that backward; job/block.py
+  `logits_gemm_s` on `T / rows` tokens and `V / cols` of the vocabulary) and the fp32
   cross-entropy (`loss_bytes_per_token` over the vocabulary shard);
 - pipeline: each stage sends its `T h / t` activation forward and its
-  gradient back, per chunk and micro-batch, on the critical path (one
-  launch, one step and the bytes over the link between stages);
+  gradient back, per chunk and micro-batch, on the critical path (a
+  send-recv ring of two: one launch, one step and the bytes over the link
+  between stages);
 - 1F1B step over the stage times `W_s` (pipeline.md section 2, extended to
   `v` chunks): `m * max_s W_s + (sum_s W_s - max_s W_s) / v`;
 - data parallel over the replicas' network tier (ring: `launch + (dp-1)
-  (step + bytes / dp / bw)`): ZeRO 0 all-reduces the gradients, ZeRO 1-2
+  (step + bytes / dp / bw)`, per size regime): ZeRO 0 all-reduces the gradients, ZeRO 1-2
   reduce-scatter them and all-gather the parameters, ZeRO 3 also gathers the
   parameters before every micro-batch's forward and backward, block by block
-  (one ring latency per block; hidden behind that micro-batch's compute when
+  (one ring per block; hidden behind that micro-batch's compute when
   shorter). With overlap, gradient traffic hides behind the last
   micro-batch's backward except the last block's share;
 - optimizer: Adam over the local shard, `adam_step_bytes_per_param` over HBM.
@@ -51,12 +56,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.job.block import block_shape
+from autotune.job.block import block_shape, logits_gemm_s, unfused_attention_forward_s
 from autotune.job.candidates import Candidates
 from autotune.job.cluster_view import SearchHardware
 from autotune.job.fc_pricing import fc_gemms, fc_times
 from autotune.specs.job_search import RECOMPUTE_MODES, AutoTrainingSpec
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
+from cost_models import ring_collective_s
 from cost_models.activations import layer_activation_bytes_per_token
 from cost_models.elementwise import (
     adam_step_bytes_per_param,
@@ -132,19 +138,20 @@ def block_figures(
     keys = np.stack([c.rows, c.cols, c.mbs], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    per_key = [fc_times(model, hw, int(r), int(k), int(b) * s, el) for r, k, b in uniq]
+    overlap = train.overlap_tensor_backward
+    per_key = [fc_times(model, hw, int(r), int(k), int(b) * s, el, overlap) for r, k, b in uniq]
     fwd = np.array([x.forward_s for x in per_key])[inverse]
     bwd = np.array([x.backward_s for x in per_key])[inverse]
     comm = np.array([x.forward_comm_s + x.backward_comm_s for x in per_key])[inverse]
 
     flash = train.flash_attention
-    core = attention_core_forward_flops(c.mbs.astype(float), s, a, d, causal=flash) / t
     if flash:
+        core = attention_core_forward_flops(c.mbs.astype(float), s, a, d, causal=True) / t
         attn_f = core / (hw.peak_flops_per_s * hw.attention_efficiency)
         attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
     else:
-        # Batched s x s x d GEMMs at the GEMM rate, no causal skipping.
-        attn_f = core / (hw.peak_flops_per_s * hw.gemm_efficiency)
+        # Batched s x s x d GEMMs by the GEMM model, no causal skipping.
+        attn_f = unfused_attention_forward_s(hw.gemm, c.mbs, a, s, d, t)
         attn_b = 2.0 * attn_f
     ops = _elementwise_ops(model, train)
     ew_f = elementwise_s(ops, tokens, t, True, hw.hbm_bytes_per_s, forward=True)
@@ -231,8 +238,9 @@ def price(model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Cand
 
     head_s, tail_fwd, tail_bwd = end_block_seconds(model, hw, train, c)
     tail_s = tail_fwd + tail_bwd
-    pp_bw, pp_launch, pp_step = _links(hw, c.tp * dp, np.where(pp > 1, 2, 1))
-    msg_s = np.where(pp > 1, pp_launch + pp_step + tokens * h * el / t / pp_bw, 0.0)
+    # One send-recv hop (a ring of two) per transfer; a group of `2` at
+    # stride `tp dp` fits in a node when both stages do.
+    msg_s = _ring_s(hw, c.tp * dp, np.where(pp > 1, 2, 1), tokens * h * el / t, send=True)
     pp_comm = 2 * v * msg_s
 
     per_block = blk.forward_s + blk.backward_s + rec
@@ -247,25 +255,23 @@ def price(model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Cand
     p_first = (first_n * blk.block_params + vocab * h) / t
     p_last = (last_n * blk.block_params + vocab * h + h) / t
     p_max = np.maximum(p_first, np.where(pp > 1, p_last, 0.0))
-    dp_bw, dp_launch, dp_step = _links(hw, c.tp, dp)
-    ring = np.where(dp > 1, (dp - 1) / dp, 0.0)
-    lat = np.where(dp > 1, dp_launch + (dp - 1) * dp_step, 0.0)
     grad_bytes = p_max * g_el
     param_bytes = p_max * el
     z = c.zero
-    dp_time = np.where(
-        z == 0,
-        2 * ring * grad_bytes / dp_bw + 2 * lat,
-        ring * (grad_bytes + param_bytes) / dp_bw + 2 * lat,
-    )
+    # Rings of `dp` replicas at stride `tp` (cost_models.data_parallel's
+    # traffic): ZeRO 0 reduce-scatters and all-gathers the gradients (an
+    # all-reduce), ZeRO 1-3 reduce-scatter them and all-gather the weights.
+    grad_ring = _ring_s(hw, c.tp, dp, grad_bytes / dp)
+    param_ring = _ring_s(hw, c.tp, dp, param_bytes / dp)
+    dp_time = np.where(z == 0, 2 * grad_ring, grad_ring + param_ring)
     stage_blocks = np.maximum(np.maximum(first_n, last_n), 1.0)
     if train.overlap_data_parallel:
         window = stage_blocks * (blk.backward_s + rec)
         dp_exposed = np.maximum(dp_time - window, dp_time / stage_blocks)
     else:
         dp_exposed = dp_time
-    # ZeRO-3 gathers one block's parameters at a time: a ring's latency per block.
-    gather_s = ring * param_bytes / dp_bw + lat * stage_blocks
+    # ZeRO-3 gathers one block's parameters at a time: a ring per block.
+    gather_s = stage_blocks * _ring_s(hw, c.tp, dp, param_bytes / stage_blocks / dp)
     zero3 = np.where(
         z == 3,
         m
@@ -315,10 +321,12 @@ def end_block_seconds(
     t = c.tp.astype(float)
     tokens = (c.mbs * train.sequence_length).astype(float)
     head = tokens * h * el / t / hw.hbm_bytes_per_s
-    gemm = 2.0 * tokens * h * vocab / t / (hw.peak_flops_per_s * hw.gemm_efficiency)
+    # Tokens split over the mesh rows, the vocabulary over its columns
+    # (all `t` chips under Megatron's `1 x t`), as in the step model.
+    gemm_f, gemm_b = logits_gemm_s(hw.gemm, tokens / c.rows, vocab / c.cols, h)
     loss_f, loss_b = loss_bytes_per_token(vocab, el)
     loss = tokens / t / hw.hbm_bytes_per_s
-    return head, gemm + loss * loss_f, 2 * gemm + loss * loss_b
+    return head, gemm_f + loss * loss_f, gemm_b + loss * loss_b
 
 
 def _split_counts(model: ModelSpec, c: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -362,16 +370,29 @@ def memory_bytes(
     return first, np.where(pp > 1, last, 0.0)
 
 
-def _links(
-    hw: SearchHardware, stride: np.ndarray, size: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bandwidth, launch and per-step seconds of groups of `size` chips at
-    `stride` (SearchHardware.group_link, vectorised)."""
+def _ring_s(
+    hw: SearchHardware,
+    stride: np.ndarray,
+    size: np.ndarray,
+    shard_bytes: np.ndarray,
+    send: bool = False,
+) -> np.ndarray:
+    """Seconds of one ring collective of `size` chips at `stride` moving
+    `shard_bytes` per chip (cost_models.collectives.ring_collective_s, size
+    regimes included), on the node's links when the group fits in a node
+    (`stride * size <= chips_per_node`), else on the NIC rails
+    (SearchHardware.group_link, vectorised); the send-recv links when
+    `send`. A group of one costs nothing."""
     inside = stride * size <= hw.chips_per_node
-    bw = np.where(inside, hw.intra_node_bytes_per_s, hw.inter_node_bytes_per_s)
-    launch = np.where(inside, hw.intra_node_launch_s, hw.inter_node_launch_s)
-    step = np.where(inside, hw.intra_node_step_s, hw.inter_node_step_s)
-    return bw, launch, step
+    if send:
+        node, nic = hw.intra_node_send_link, hw.inter_node_send_link
+    else:
+        node, nic = hw.intra_node_link, hw.inter_node_link
+    return np.where(
+        inside,
+        ring_collective_s(node, size, shard_bytes),
+        ring_collective_s(nic, size, shard_bytes),
+    )
 
 
 def model_flops_per_step(model: ModelSpec, train: AutoTrainingSpec) -> float:

@@ -178,7 +178,6 @@ def plan_job(inp: PlanInput, result: PlanResult, check_memory: bool = True) -> J
             hw,
             sh.element_bytes,
             overlap_backward=t.overlap_tensor_backward,
-            overlap_slowdown=hw.overlap_slowdown,
         )
     lt = layer_times(m, t, fc, hw, sh)
     e = ends(m, t, hw, sh)

@@ -40,6 +40,12 @@ class AutoTrainingSpec(Spec):
     fp32_gradients: bool = Field(
         default=False, description="Keep and reduce gradients in fp32 (Megatron main grads)."
     )
+    overlap_tensor_backward: bool = Field(
+        default=False,
+        description="1D tensor meshes: a column-parallel layer's backward runs each GEMM's "
+        "collective beside the other GEMM (Megatron-LM's asynchronous tensor-parallel "
+        "all-reduce); false runs every collective blocking.",
+    )
     overlap_data_parallel: bool = Field(
         default=True,
         description="Overlap gradient reduction with the backward pass; false runs it after "
