@@ -34,9 +34,15 @@ def _runs(repo_root):
     return yaml.safe_load((repo_root / FIXTURES / "search_published.yaml").read_text())["runs"]
 
 
-# The bundled nominal A100 calibration (calibration_data/): data-sheet rates
-# times stated efficiencies, not fitted to these runs.
-CALIBRATION = "a100-nominal"
+# The bundled A100 calibration fitted from public microbenchmarks
+# (calibration_data/measured/README.md: a DGX A100 nccl-tests log, cuBLASLt
+# GEMMs, BabelStream HBM), none of them these runs; and the nominal one
+# (data-sheet rates times stated efficiencies) for comparison.
+CALIBRATION = "a100-measured"
+NOMINAL = "a100-nominal"
+# What the nominal figures gave (docs/job-search.md): recorded so that a
+# change making them worse fails; the tolerance above is not met with them.
+NOMINAL_ERRORS_MAX = 0.30
 
 
 def _published_step(run, calibration: str) -> tuple[float, object]:
@@ -81,25 +87,34 @@ def test_choice_at_least_as_fast_as_published(choices):
         assert best.step_s <= published * (1 + 1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with nominal A100 figures the model is 18% (GPT-3) and 29% (MT-NLG) faster than "
-    "measured; both runs used 2021 software (README, docs/job-search.md)",
-)
 def test_published_configuration_within_tolerance(repo_root):
-    errors = {run["name"]: _error(run, CALIBRATION) for run in _runs(repo_root)}
+    """The 2021 runs (SC'21 GPT-3 estimate, MT-NLG) priced with the measured
+    A100 calibration: within 15% of the measurement. The nominal calibration
+    is printed beside it (and held to what it gave)."""
     print()
-    for name, err in errors.items():
-        print(f"{name} ({CALIBRATION}): predicted vs measured {err:+.1%}")
-    assert all(abs(e) <= TOLERANCE for e in errors.values())
+    for run in _runs(repo_root):
+        err, nominal = _error(run, CALIBRATION), _error(run, NOMINAL)
+        print(
+            f"{run['name']}: predicted vs measured {err:+.1%} ({CALIBRATION}), "
+            f"{nominal:+.1%} ({NOMINAL})"
+        )
+        assert abs(err) <= TOLERANCE, run["name"]
+        assert abs(nominal) <= NOMINAL_ERRORS_MAX, run["name"]
 
 
 # Korthikanti et al. 2022 Table 3 and 5 (megatron_a100.yaml): heads, hidden,
 # layers, TP, PP, GPUs, batch, micro-batch, seconds full / selective.
-def test_closed_form_against_korthikanti_table5(repo_root):
+# Median |error| the closed form gave on Table 5 per calibration (the
+# whole-step model's in docs/accuracy.md), recorded so a change making it
+# worse fails.
+TABLE5_MEDIAN_MAX = {NOMINAL: 0.10, CALIBRATION: 0.13}
+
+
+@pytest.mark.parametrize("calibration", [NOMINAL, CALIBRATION])
+def test_closed_form_against_korthikanti_table5(repo_root, calibration):
     table = yaml.safe_load((repo_root / FIXTURES / "megatron_a100.yaml").read_text())
     errors = []
-    print("\nKorthikanti et al. 2022 Table 5 with the search's closed form")
+    print(f"\nKorthikanti et al. 2022 Table 5 with the search's closed form ({calibration})")
     chunks = table["korthikanti2022_interleave"]
     for row in table["korthikanti2022_table5"]:
         name, heads, hidden, layers, tp, pp, gpus, batch, mbs, full_s, sel_s = row
@@ -112,7 +127,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
             ffn_size=4 * hidden,
             vocab_size=51200,
         )
-        hw = load_search_hardware(f"a100-hgx-{gpus // 8}n", "bf16", CALIBRATION)
+        hw = load_search_hardware(f"a100-hgx-{gpus // 8}n", "bf16", calibration)
         for mode, measured in (("full", full_s), ("selective", sel_s)):
             train = AutoTrainingSpec(
                 global_batch_sequences=batch,
@@ -123,7 +138,7 @@ def test_closed_form_against_korthikanti_table5(repo_root):
                 interleave=chunks[name],
                 recompute=mode,
                 zero_stage=0,
-                **ERA,
+                **{**ERA, "overlap_tensor_backward": True},  # the paper's section 6.2
             )
             c = enumerate_candidates(model, hw, train, SearchConstraints(max_micro_batch_size=64))
             step = float(price(model, hw, train, c).step_s[0])
@@ -134,4 +149,4 @@ def test_closed_form_against_korthikanti_table5(repo_root):
             )
     median = statistics.median(abs(e) for e in errors)
     print(f"  median |error| {median:.1%}, largest {max(abs(e) for e in errors):.1%}")
-    assert median <= TOLERANCE
+    assert median <= TABLE5_MEDIAN_MAX[calibration]
