@@ -23,6 +23,7 @@ from autotune.calibrate.coverage import detect_chip
 from autotune.calibrate.fit_compute import fit_gemm
 from autotune.calibrate.run import calibrate, read_input
 from autotune.cli import main
+from autotune.errors import InputError
 from autotune.hardware.chips import load_chip
 from cost_models import Axis, gemm_flops
 
@@ -33,24 +34,47 @@ FULL_RANGE = [
     "mi300x_2node_rccl_all_reduce.txt",
     "mi355x_2node_rccl_all_reduce_perf.txt",
     "nccl_all_gather_perf_gb300_2node.txt",
+    "nccl_all_reduce_perf_8xA100-SXM4-40GB_1node_galvatron.txt",
+    "nccl_all_gather_perf_16xB200_2host_gke_a4_dranet.txt",
+    "nccl_all_reduce_perf_16xH100_2host_nccl-tests-issue309.txt",
+    "nccl_all_reduce_perf_32xH100_4host_nccl-tests-issue309.txt",
 ]
 EVERY_LOG = [*FULL_RANGE, "a100_sendrecv_note.md"]
 #: acceptance (docs/calibrate.md "Accuracy"): medians of held-out relative errors
 INTERPOLATION_MEDIAN_MAX = 0.05
 EXTRAPOLATION_MEDIAN_MAX = 0.10
 GEMM_MEDIAN_MAX = 0.10
-#: logs that miss the 10% fit-small/predict-large target, with the median
-#: measured (docs/calibrate.md "Accuracy" gives the reason with numbers);
-#: they must not get worse than that (plus half a point of slack)
-PIECE_CUT_MISSES: dict[str, float] = {}
+#: logs that miss a target, with the median measured (docs/calibrate.md
+#: "Accuracy" gives the reason with numbers); they must not get worse than
+#: that (plus half a point of slack)
+INTERPOLATION_MISSES = {
+    # 11 sizes, bandwidth rising over the whole range: the 2-regime model's
+    # held-out median (4.5%) is not the 30% better than the line's that the
+    # regime count needs, so the line is kept
+    "nccl_all_reduce_perf_8xA100-SXM4-40GB_1node_galvatron.txt": 0.056,
+    # timing noise: the two timings of one size differ by a median 7.1%
+    "nccl_all_gather_perf_16xB200_2host_gke_a4_dranet.txt": 0.110,
+}
+PIECE_CUT_MISSES = {
+    # the bandwidth still climbs at the top of the log (1 GiB 11% over 512 MiB)
+    "nccl_all_reduce_perf_8xA100-SXM4-40GB_1node_galvatron.txt": 0.148,
+    # the bus bandwidth jumps 55% between the 512 MiB and 1 GiB messages
+    "nccl_all_gather_perf_16xB200_2host_gke_a4_dranet.txt": 0.266,
+}
 MESSAGE_CUT_MISSES = {
     # the top of the range below the cut is latency-bound or ends on a protocol switch
     "h100_2node_all_reduce_a3mega.txt": 2.193,
     "mi300x_2node_rccl_all_reduce.txt": 0.423,
     "nccl_all_gather_perf_gb300_2node.txt": 1.274,
+    "nccl_all_gather_perf_16xB200_2host_gke_a4_dranet.txt": 1.317,
     # the bandwidth is still climbing steeply at the cut
     "mi355x_2node_rccl_all_reduce_perf.txt": 0.794,
+    "nccl_all_reduce_perf_8xA100-SXM4-40GB_1node_galvatron.txt": 0.248,
+    "nccl_all_reduce_perf_16xH100_2host_nccl-tests-issue309.txt": 0.337,
+    "nccl_all_reduce_perf_32xH100_4host_nccl-tests-issue309.txt": 0.258,
 }
+#: logs on which the automatic choice keeps one straight line (no regimes)
+LINE_CHOSEN = {"nccl_all_reduce_perf_8xA100-SXM4-40GB_1node_galvatron.txt"}
 SLACK = 0.005
 
 
@@ -63,22 +87,24 @@ def fits():
 
 def test_cross_validated_errors_on_public_logs(fits):
     print(
-        "\nlog" + " " * 37 + "model       interp med/p90/worst   "
+        "\nlog" + " " * 56 + "model       interp med/p90/worst   "
         "piece cut med/worst   message cut med/worst"
     )
     for name, fit in fits.items():
         i_med, i_p90, i_max = fit.cv.interpolation
         e_med, _, e_max = fit.cv.extrapolation
         m_med, _, m_max = fit.cv.message_extrapolation
+        model = f"{len(fit.regimes)} regimes" if fit.regimes else "1 line   "
         print(
-            f"{name:40s}{len(fit.regimes)} regimes   {i_med:6.1%} {i_p90:6.1%} {i_max:6.0%}"
+            f"{name:58s} {model}   {i_med:6.1%} {i_p90:6.1%} {i_max:6.0%}"
             f"      {e_med:6.1%} {e_max:6.1%}        {m_med:6.1%} {m_max:6.1%}"
         )
     for name, fit in fits.items():
         assert fit.cv.extrapolation_cut_bytes == 32 * 2**20, name
         assert fit.cv.message_cut_bytes == 32 * 2**20, name
         assert len(fit.cv.message_errors) > 0, name
-        assert fit.cv.interpolation[0] <= INTERPOLATION_MEDIAN_MAX, name
+        interp_max = INTERPOLATION_MISSES.get(name, INTERPOLATION_MEDIAN_MAX - SLACK) + SLACK
+        assert fit.cv.interpolation[0] <= interp_max, name
         piece_max = PIECE_CUT_MISSES.get(name, EXTRAPOLATION_MEDIAN_MAX - SLACK) + SLACK
         assert fit.cv.extrapolation[0] <= piece_max, name
         message_max = MESSAGE_CUT_MISSES.get(name, EXTRAPOLATION_MEDIAN_MAX - SLACK) + SLACK
@@ -87,11 +113,16 @@ def test_cross_validated_errors_on_public_logs(fits):
 
 def test_the_straight_line_is_worse_on_every_public_log(fits):
     """Why regimes: the linear model's held-out median is several times the
-    regime model's on each log (the issue's 'biased at both ends')."""
+    regime model's on each log (the issue's 'biased at both ends'), except
+    where the automatic choice keeps the line (LINE_CHOSEN)."""
     for name, fit in fits.items():
         line = calibrate([str(LOGS / name)], axes=(Axis.ROW,), model="linear").comm_fits[0]
         line_med, regimes_med = line.cv.interpolation[0], fit.cv.interpolation[0]
-        print(f"{name:40s} line {line_med:6.1%}  regimes {regimes_med:6.1%}")
+        print(f"{name:58s} line {line_med:6.1%}  chosen {regimes_med:6.1%}")
+        if name in LINE_CHOSEN:
+            assert fit.model == "linear" and line_med == pytest.approx(regimes_med), name
+            continue
+        assert fit.model == "regimes", name
         assert line.cv.interpolation[0] > 2 * fit.cv.interpolation[0], name
 
 
@@ -123,6 +154,13 @@ def test_chips_and_resources_from_the_logs():
         "mi300x_2node_rccl_all_reduce.txt": ("mi300x", "scale_out"),
         "mi355x_2node_rccl_all_reduce_perf.txt": (None, "scale_out"),
         "a100_sendrecv_note.md": (None, "intra_node"),
+        "nccl_all_reduce_perf_8xA100-SXM4-40GB_1node_galvatron.txt": (
+            "a100-sxm4-40gb",
+            "intra_node",
+        ),
+        "nccl_all_gather_perf_16xB200_2host_gke_a4_dranet.txt": ("b200", "scale_out"),
+        "nccl_all_reduce_perf_16xH100_2host_nccl-tests-issue309.txt": ("h100-sxm", "scale_out"),
+        "nccl_all_reduce_perf_32xH100_4host_nccl-tests-issue309.txt": ("h100-sxm", "scale_out"),
     }
     for name, (chip, resource) in expect.items():
         parsed = read_input(str(LOGS / name), (Axis.ROW,))
@@ -145,6 +183,39 @@ def test_the_two_layouts_of_the_issue_parse(repo_root, tmp_path):
     assert [s.ring_size for s in note.collectives] == [2] * 4  # send-recv: one hop
     assert "rank count from the command line" in note.description
     assert "8 ranks on 1 host" in note.description
+
+
+def test_the_layouts_of_the_newer_logs_parse(tmp_path):
+    """A log kept without its command line, named only by the file name
+    (8 x A100); a wrapper script's command line and launcher chatter before
+    the log (16 x B200); an mpirun command continued over lines with MPI
+    warnings inside the device list (16 x H100) and right-aligned host
+    names (32 x H100). Without the `#  Rank` lines the rank and host counts
+    come from `--np 16 -H host:8,host:8`."""
+    expect = {
+        "nccl_all_reduce_perf_8xA100-SXM4-40GB_1node_galvatron.txt": ("all_reduce", 11, 8, 1),
+        "nccl_all_gather_perf_16xB200_2host_gke_a4_dranet.txt": ("all_gather", 24, 16, 2),
+        "nccl_all_reduce_perf_16xH100_2host_nccl-tests-issue309.txt": ("all_reduce", 32, 16, 2),
+        "nccl_all_reduce_perf_32xH100_4host_nccl-tests-issue309.txt": ("all_reduce", 32, 32, 4),
+    }
+    for name, (op, rows, ranks, hosts) in expect.items():
+        parsed = read_input(str(LOGS / name), (Axis.ROW,))
+        assert {s.op.value for s in parsed.collectives} == {op}, name
+        assert len(parsed.collectives) == rows and not parsed.skipped_lines, name
+        assert {s.ring_size for s in parsed.collectives} == {ranks}, name
+        assert parsed.num_hosts == hosts, name
+    unnamed = tmp_path / "a100_8gpu.txt"
+    unnamed.write_text((LOGS / next(iter(expect))).read_text())
+    with pytest.raises(InputError, match="cannot tell which nccl-tests binary"):
+        read_input(str(unnamed), (Axis.ROW,))
+    source = LOGS / "nccl_all_reduce_perf_16xH100_2host_nccl-tests-issue309.txt"
+    no_ranks = tmp_path / "h100_all_reduce_no_rank_lines.txt"
+    no_ranks.write_text(
+        "\n".join(ln for ln in source.read_text().splitlines() if "#  Rank" not in ln)
+    )
+    parsed = read_input(str(no_ranks), (Axis.ROW,))
+    assert {s.ring_size for s in parsed.collectives} == {16} and parsed.num_hosts == 2
+    assert "rank count from the command line (16 processes" in parsed.description
 
 
 def test_check_reports_the_error_above_a_32_mib_cut(repo_root, tmp_path):
