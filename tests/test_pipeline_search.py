@@ -22,8 +22,9 @@ from autotune.pipeline.assignment import (
     stage_peak_bytes,
 )
 from autotune.pipeline.balance import balance
+from autotune.pipeline.bounds import stage_floors
 from autotune.pipeline.bruteforce import brute_force
-from autotune.pipeline.ilp import highs_available, solve
+from autotune.pipeline.ilp import _covered_stages, highs_available, solve
 from autotune.pipeline.problem import (
     EndBlock,
     LayerGroup,
@@ -267,6 +268,28 @@ def test_split_rows_and_step_floor_hold_for_every_fitting_plan(pp, v, data):
         phi = st_.phi_s[st_.splits.index(split)]
         for w, floor in zip(st_.weights, phi, strict=True):
             assert sum(wk * rk for wk, rk in zip(w, recompute, strict=True)) >= floor - 1e-15
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pp=st.sampled_from([2, 3, 4]), v=st.sampled_from([2, 3]), data=st.data())
+def test_split_rows_imply_the_stage_floor_cuts_they_replace(pp, v, data):
+    # The MILP leaves bounds.py's recomputation cuts out on the stages whose
+    # split rows imply them: R_s >= sum phi_sigma(1) y_sigma, so each cut
+    # must lie below phi_sigma(1) at |sigma| for every split kept (checked
+    # with several kinds too, where the cuts are kept all the same).
+    kinds = data.draw(st.sampled_from([(dense(pp * v + 3),), (dense(pp * v + 1), moe(2))]))
+    p = make(pp, v, kinds, data.draw(st.floats(4.0, 14.0)))
+    limit = data.draw(st.floats(0.05, 2.0))
+    covered = _covered_stages(p, limit)
+    assert _covered_stages(p, None) == frozenset()
+    floors = stage_floors(p)
+    ones = tuple(1.0 for _ in range(v))
+    for st_ in stage_splits(p, limit):
+        assert (st_.stage in covered) == (len(kinds) == 1)
+        j = st_.weights.index(ones)
+        for split, phi in zip(st_.splits, st_.phi_s, strict=True):
+            for slope, intercept in floors[st_.stage].cuts:
+                assert phi[j] >= slope * sum(split) + intercept - 1e-15
 
 
 def test_no_split_rows_without_interleaving():

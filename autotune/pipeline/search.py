@@ -51,6 +51,9 @@ class Graph:
     kind: numpy.ndarray
     num_ops: int
     last_ops: numpy.ndarray
+    # Per level: (ops, their pred1, their pred2, their kind), indexed once
+    # per graph rather than on every longest-path pass.
+    steps: tuple[tuple[numpy.ndarray, ...], ...]
 
 
 @lru_cache(maxsize=16)
@@ -97,7 +100,8 @@ def schedule_graph(
     last = numpy.array(
         [index[order[-1][0], order[-1][1] * pp + s, order[-1][2]] for s, order in enumerate(orders)]
     )
-    return Graph(levels, pred1, pred2, kind, total, last)
+    steps = tuple((level, pred1[level], pred2[level], kind[level]) for level in levels)
+    return Graph(levels, pred1, pred2, kind, total, last, steps)
 
 
 def _end_times(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
@@ -105,10 +109,8 @@ def _end_times(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     zero) for each row of `durations_s` (K x 2 num: F_c then B_c)."""
     end = numpy.zeros((graph.num_ops + 1, durations_s.shape[0]))
     dur = durations_s.T
-    for level in graph.levels:
-        end[level] = (
-            numpy.maximum(end[graph.pred1[level]], end[graph.pred2[level]]) + dur[graph.kind[level]]
-        )
+    for level, first, second, kind in graph.steps:
+        end[level] = numpy.maximum(end[first], end[second]) + dur[kind]
     return end
 
 
@@ -204,9 +206,11 @@ def _candidates_of(problem: Problem, stage: int, own: tuple[tuple[int, ...], ...
     order = numpy.argsort(r.sum(axis=1), kind="stable")
     r, grid = r[order], grid[order]
     keep: list[int] = []
+    kept = numpy.empty_like(r)  # r[keep], grown in place
     for i in range(len(r)):
-        if keep and (r[keep] <= r[i] + 1e-15).all(axis=1).any():
+        if keep and (kept[: len(keep)] <= r[i] + 1e-15).all(axis=1).any():
             continue
+        kept[len(keep)] = r[i]
         keep.append(i)
         if len(keep) >= MAX_CANDIDATES:
             break

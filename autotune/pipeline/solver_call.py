@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy
 import pulp
 
 from autotune.pipeline.deadline import time_left_s
@@ -74,7 +75,61 @@ def run_interruptibly(highs) -> None:
 
 
 class InterruptibleHighs(pulp.HiGHS):
-    """PuLP's HiGHS driver with the solve stoppable by Ctrl-C and SIGTERM."""
+    """PuLP's HiGHS driver with the solve stoppable by Ctrl-C and SIGTERM,
+    and the model passed to HiGHS in one call per kind."""
+
+    def buildSolverModel(self, lp) -> None:  # PuLP's hook, run before callSolver
+        """The model PuLP's own hook builds (columns in its order, rows in
+        insertion order, zero coefficients dropped, integer columns marked
+        when solving a MIP), passed as arrays instead of one call per column
+        and row."""
+        import highspy
+
+        inf = highspy.kHighsInf
+        variables = lp.variables()
+        sign = -1 if lp.sense == pulp.LpMaximize else 1
+        objective = lp.objective or {}
+        for i, var in enumerate(variables):
+            var.index = i
+        cost = numpy.array([sign * objective.get(var, 0.0) for var in variables], dtype=float)
+        lower = numpy.array(
+            [-inf if var.lowBound is None else var.lowBound for var in variables], dtype=float
+        )
+        upper = numpy.array(
+            [inf if var.upBound is None else var.upBound for var in variables], dtype=float
+        )
+        model = lp.solverModel
+        none = numpy.zeros(0, dtype=numpy.int32)
+        model.addCols(len(variables), cost, lower, upper, 0, none, none, numpy.zeros(0))
+        if self.mip:
+            integer = [var.index for var in variables if var.cat == pulp.LpInteger]
+            if integer:
+                model.changeColsIntegrality(
+                    len(integer),
+                    numpy.array(integer, dtype=numpy.int32),
+                    numpy.full(len(integer), highspy.HighsVarType.kInteger),
+                )
+        starts, index, values, row_lower, row_upper = [], [], [], [], []
+        for i, constraint in enumerate(lp._constraints.values()):
+            starts.append(len(index))
+            for var, coef in constraint.items():
+                if coef != 0:
+                    index.append(var.index)
+                    values.append(coef)
+            constraint.index = i
+            low, up = constraint.getLb(), constraint.getUb()
+            row_lower.append(-inf if low is None else low)
+            row_upper.append(inf if up is None else up)
+        if starts:
+            model.addRows(
+                len(starts),
+                numpy.array(row_lower, dtype=float),
+                numpy.array(row_upper, dtype=float),
+                len(index),
+                numpy.array(starts, dtype=numpy.int32),
+                numpy.array(index, dtype=numpy.int32),
+                numpy.array(values, dtype=float),
+            )
 
     def callSolver(self, lp) -> None:  # PuLP's hook, run after the model is built
         limit_s = time_left_s(self.timeLimit)
