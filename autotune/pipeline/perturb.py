@@ -45,7 +45,7 @@ from autotune.pipeline.simulator import chunk_backward_s, chunk_forward_s, simul
 # 16 stages x 3 chunks x 16-32 micro-batches, so the rounds fit well within
 # the heuristic phase of the default 60 s limit even on a loaded machine.
 ROUNDS = DEFAULT_SEARCH_ROUNDS
-CLIMB_MOVES = 200
+CLIMB_MOVES = 100
 SEED = 0
 
 
