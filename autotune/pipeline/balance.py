@@ -277,13 +277,16 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     lower_bound = max(lower_bound or 0.0, chain_s)
     if start is not None:
         offer(start)
-    # Every distinct fitting start, best first (see _improve).
+    # Every distinct fitting start, best first (see _improve); without
+    # rounds (search_rounds=0, the joint search's cheap path) only the best.
     starts = sorted(
         {a for a in (quick, start) if a is not None and _fits(problem, simulate(problem, a))},
         key=lambda a: (simulate(problem, a).makespan_s, tie_key(problem, a)),
     )
     if best is not None and best[0] not in starts:
         starts.insert(0, best[0])
+    if settings.search_rounds == 0:
+        starts = starts[:1]
     if first_plan_s is None and best is not None:
         first_plan_s = time.perf_counter() - t0
     # The one-layer moves cost seconds and rarely pay when the plan is already
