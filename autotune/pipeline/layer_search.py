@@ -25,6 +25,8 @@ squared layers per stage), then the smaller counts in model order.
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy
@@ -284,11 +286,19 @@ def improve_layers(
     start: Assignment,
     max_moves: int = MAX_LAYER_MOVES,
     deadline_s: float | None = None,
+    focus: Iterable[int] | None = None,
 ) -> Assignment:
     """Hill-climb over one-layer boundary moves from `start` (which fits);
     at most `max_moves` layouts are evaluated, and none after `deadline_s`
     (time.perf_counter(); the wall-clock limit, which only a run that hits
-    it makes load-dependent); never worse than `start`."""
+    it makes load-dependent); never worse than `start`.
+
+    `focus` (chunks): only moves out of these chunks are tried, and a kept
+    move adds the chunks around its source and target (neighbours and the
+    same stage's other chunks); the climb ends when no chunk is left to
+    try. After a kick that changed a few chunks, this checks the moves the
+    kick can have made worth trying, not all of them again (a full check
+    costs about 3 moves per chunk; perturb.py)."""
     ev = _Evaluator(problem)
     pp, num = problem.num_stages, problem.num_virtual
     layers = [[start.group_layers(c, g) for g in range(len(problem.groups))] for c in range(num)]
@@ -299,19 +309,23 @@ def improve_layers(
     choice, step = ev.reoptimise(layers, cands, choice, range(pp))
     best = ev.plan(cands, choice)
     best_step = simulate(problem, best).makespan_s
-    if not better(problem, best, best_step, start, simulate(problem, start).makespan_s):
-        best, best_step = start, simulate(problem, start).makespan_s
+    start_step = simulate(problem, start).makespan_s
+    if not better(problem, best, best_step, start, start_step):
+        best, best_step = start, start_step
         found = _choice_of(ev, layers, start)
         cands, choice = found
     # Chunks are visited cyclically from where the last kept move was made,
     # and the climb ends after a full cycle without a kept move (or the
     # budget): no evaluation is spent re-checking moves that just failed.
     evaluated, since_kept, c = 0, 0, 0
-    while since_kept < num and evaluated < max_moves:
+    queue = None if focus is None else deque(sorted(set(focus)))
+    while evaluated < max_moves and (since_kept < num if queue is None else queue):
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
+        if queue is not None:
+            c = queue.popleft()
         kept = False
-        for _, new in (*_moves(problem, layers, c), *_stage_moves(problem, layers, c)):
+        for target, new in (*_moves(problem, layers, c), *_stage_moves(problem, layers, c)):
             evaluated += 1
             stages = [s for s in range(pp) if any(new[k] != layers[k] for k in range(s, num, pp))]
             new_cands = list(cands)
@@ -324,13 +338,30 @@ def improve_layers(
             if step < best_step * (1 - REL_TIE):
                 plan = ev.plan(new_cands, new_choice)
                 layers, cands, choice = new, new_cands, new_choice
-                best, best_step = plan, simulate(problem, plan).makespan_s
+                # The longest path just computed is the simulator's step
+                # (same rules, vectorised): no replay needed per kept move.
+                best, best_step = plan, step
                 kept = True
+                if queue is not None:
+                    for x in chunks_around(problem, (c, target)):
+                        if x not in queue:
+                            queue.append(x)
                 break
         since_kept = 0 if kept else since_kept + 1
         if not kept:
             c = (c + 1) % num
     return best
+
+
+def chunks_around(problem: Problem, chunks) -> list[int]:
+    """The chunks whose moves a change to `chunks` can affect most: each
+    one, its neighbours and the same stage's other chunks (sorted)."""
+    pp, num = problem.num_stages, problem.num_virtual
+    out = set()
+    for c in chunks:
+        out.update(x for x in (c - 1, c, c + 1) if 0 <= x < num)
+        out.update(range(c % pp, num, pp))
+    return sorted(out)
 
 
 def polish(problem: Problem, a: Assignment) -> Assignment:

@@ -5,11 +5,25 @@ Why: the one-layer moves of layer_search.py stop in a local optimum, and on
 interleaved schedules near the tightest cap those are several percent slower
 than plans a few moves away (benchmarks/pipeline_robustness.py): a better
 layout often needs two or three layers moved at once, each move alone being
-worse. Each round here starts from the best plan so far, moves 2-6 random
-layers (between neighbouring chunks or between chunks of one stage), repairs
-the layout until every stage can fit (layer_search.repair), chooses the
+worse. Each round here starts from the best plan so far, moves 2-6 layers
+(between neighbouring chunks or between chunks of one stage), repairs the
+layout until every stage can fit (layer_search.repair), chooses the
 recomputation (search.local_search) and hill-climbs (improve_layers); the
 best plan over all rounds is kept.
+
+Two choices make a round pay (docs/pipeline.md, "A plan first, then a
+proof", has the measurements):
+
+- the kick is aimed: each moved layer leaves, with even odds, either a
+  chunk drawn by its time on the critical path (the simulator's critical
+  op counts times the chunk's forward and backward seconds) or a uniformly
+  random chunk. Only a shorter critical path shortens the step; the random
+  half keeps moves the critical path does not show (memory room) possible;
+- the climb after a kick is focused (improve_layers' `focus`): it tries the
+  moves out of the chunks the kick (and its repair) changed and their
+  neighbours, and follows its kept moves, instead of re-checking every
+  chunk. A full check spends most of a round's budget confirming moves far
+  from the kick, which rarely changed.
 
 Deterministic: a fixed seed and a fixed number of rounds (no clock), so the
 same problem gives the same plan on every machine; only a run that reaches
@@ -22,16 +36,16 @@ import random
 import time
 
 from autotune.pipeline.assignment import Assignment, layers_in_order
-from autotune.pipeline.layer_search import better, improve_layers, repair
+from autotune.pipeline.layer_search import better, chunks_around, improve_layers, repair
 from autotune.pipeline.problem import DEFAULT_SEARCH_ROUNDS, Problem
 from autotune.pipeline.search import local_search
-from autotune.pipeline.simulator import simulate
+from autotune.pipeline.simulator import chunk_backward_s, chunk_forward_s, simulate
 
-# Rounds and the climb's budget per round: about 1-2 s per round on 16 stages
-# x 3 chunks x 16 micro-batches (2-core machine), so the rounds fit well in
-# half of the default 60 s limit.
+# Rounds and the climb's budget per round: about 0.5-1 s of CPU per round on
+# 16 stages x 3 chunks x 16-32 micro-batches, so the rounds fit well within
+# the heuristic phase of the default 60 s limit even on a loaded machine.
 ROUNDS = DEFAULT_SEARCH_ROUNDS
-CLIMB_MOVES = 200
+CLIMB_MOVES = 100
 SEED = 0
 
 
@@ -43,6 +57,38 @@ def kick(problem: Problem, a: Assignment, rng: random.Random) -> list[list[int]]
     per_chunk = [a.layers_in_chunk(c) for c in range(num)]
     for _ in range(rng.randint(2, 6)):
         c = rng.randrange(num)
+        target = c + rng.choice((-1, 1, -pp, pp))
+        if 0 <= target < num and per_chunk[c] > problem.min_layers_per_chunk:
+            per_chunk[c] -= 1
+            per_chunk[target] += 1
+    return repair(problem, layers_in_order(problem, per_chunk))
+
+
+def critical_weights_s(problem: Problem, a: Assignment) -> list[float]:
+    """Seconds each chunk contributes to `a`'s critical path: its forward
+    ops on the path times its forward seconds plus the same for backward
+    (simulator.py's critical op counts)."""
+    sim = simulate(problem, a)
+    return [
+        sim.critical_forward[c] * chunk_forward_s(problem, a, c)
+        + sim.critical_backward[c] * chunk_backward_s(problem, a, c)
+        for c in range(problem.num_virtual)
+    ]
+
+
+def aimed_kick(problem: Problem, a: Assignment, rng: random.Random) -> list[list[int]] | None:
+    """As `kick`, but each move leaves, with even odds, a chunk drawn by its
+    seconds on the critical path (critical_weights_s) or a uniformly random
+    one."""
+    pp, num = problem.num_stages, problem.num_virtual
+    weights = critical_weights_s(problem, a)
+    aimed = sum(weights) > 0
+    per_chunk = [a.layers_in_chunk(c) for c in range(num)]
+    for _ in range(rng.randint(2, 6)):
+        if aimed and rng.random() < 0.5:
+            c = rng.choices(range(num), weights=weights)[0]
+        else:
+            c = rng.randrange(num)
         target = c + rng.choice((-1, 1, -pp, pp))
         if 0 <= target < num and per_chunk[c] > problem.min_layers_per_chunk:
             per_chunk[c] -= 1
@@ -62,14 +108,22 @@ def iterated_search(
     (time.perf_counter()) stops it early."""
     rng = random.Random(seed)
     best, best_step = start, simulate(problem, start).makespan_s
+    num = problem.num_virtual
     for _ in range(rounds):
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
-        layers = kick(problem, best, rng)
+        layers = aimed_kick(problem, best, rng)
         plan = local_search(problem, layers) if layers is not None else None
         if plan is None:
             continue
-        plan = improve_layers(problem, plan, max_moves=CLIMB_MOVES, deadline_s=deadline_s)
+        changed = [c for c in range(num) if sum(layers[c]) != best.layers_in_chunk(c)]
+        plan = improve_layers(
+            problem,
+            plan,
+            max_moves=CLIMB_MOVES,
+            deadline_s=deadline_s,
+            focus=chunks_around(problem, changed),
+        )
         step = simulate(problem, plan).makespan_s
         if better(problem, plan, step, best, best_step):
             best, best_step = plan, step
