@@ -49,19 +49,33 @@ CLIMB_MOVES = 100
 SEED = 0
 
 
-def kick(problem: Problem, a: Assignment, rng: random.Random) -> list[list[int]] | None:
-    """Layers per chunk and kind after 2-6 random one-layer moves from `a`
-    (to a neighbouring chunk or the same stage's next or previous chunk,
-    model order kept), repaired so every stage can fit; None if it cannot."""
+def _moved(
+    problem: Problem, a: Assignment, rng: random.Random, weights: list[float] | None
+) -> list[list[int]] | None:
+    """Layers per chunk and kind after 2-6 one-layer moves from `a` (to a
+    neighbouring chunk or the same stage's next or previous chunk, model
+    order kept), repaired so every stage can fit; None if it cannot. Each
+    move leaves a uniformly random chunk, or with `weights`, with even odds,
+    a chunk drawn by its weight."""
     pp, num = problem.num_stages, problem.num_virtual
     per_chunk = [a.layers_in_chunk(c) for c in range(num)]
     for _ in range(rng.randint(2, 6)):
-        c = rng.randrange(num)
+        if weights is not None and rng.random() < 0.5:
+            c = rng.choices(range(num), weights=weights)[0]
+        else:
+            c = rng.randrange(num)
         target = c + rng.choice((-1, 1, -pp, pp))
         if 0 <= target < num and per_chunk[c] > problem.min_layers_per_chunk:
             per_chunk[c] -= 1
             per_chunk[target] += 1
     return repair(problem, layers_in_order(problem, per_chunk))
+
+
+def kick(problem: Problem, a: Assignment, rng: random.Random) -> list[list[int]] | None:
+    """Layers per chunk and kind after 2-6 random one-layer moves from `a`
+    (to a neighbouring chunk or the same stage's next or previous chunk,
+    model order kept), repaired so every stage can fit; None if it cannot."""
+    return _moved(problem, a, rng, None)
 
 
 def critical_weights_s(problem: Problem, a: Assignment) -> list[float]:
@@ -80,20 +94,8 @@ def aimed_kick(problem: Problem, a: Assignment, rng: random.Random) -> list[list
     """As `kick`, but each move leaves, with even odds, a chunk drawn by its
     seconds on the critical path (critical_weights_s) or a uniformly random
     one."""
-    pp, num = problem.num_stages, problem.num_virtual
     weights = critical_weights_s(problem, a)
-    aimed = sum(weights) > 0
-    per_chunk = [a.layers_in_chunk(c) for c in range(num)]
-    for _ in range(rng.randint(2, 6)):
-        if aimed and rng.random() < 0.5:
-            c = rng.choices(range(num), weights=weights)[0]
-        else:
-            c = rng.randrange(num)
-        target = c + rng.choice((-1, 1, -pp, pp))
-        if 0 <= target < num and per_chunk[c] > problem.min_layers_per_chunk:
-            per_chunk[c] -= 1
-            per_chunk[target] += 1
-    return repair(problem, layers_in_order(problem, per_chunk))
+    return _moved(problem, a, rng, weights if sum(weights) > 0 else None)
 
 
 def iterated_search(
