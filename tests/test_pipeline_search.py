@@ -37,6 +37,7 @@ from autotune.pipeline.search import (
     least_recompute_plan,
     local_search,
     makespans_s,
+    plan_step_s,
     schedule_graph,
 )
 from autotune.pipeline.simulator import simulate
@@ -136,6 +137,14 @@ def test_vectorised_makespan_equals_simulator(pp, v, data):
     got = makespans_s(graph, numpy.stack([durations(p, a) for a in plans]))
     for value, a in zip(got, plans, strict=True):
         assert value == pytest.approx(simulate(p, a).makespan_s, rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(pp=st.sampled_from([1, 2, 3, 4]), v=st.sampled_from([1, 2, 3]), data=st.data())
+def test_plan_step_equals_simulator(pp, v, data):
+    p = make(pp, v, (dense(pp * v + 4), moe(2)), 100.0)
+    a = random_plan(data, p)
+    assert plan_step_s(p, a) == pytest.approx(simulate(p, a).makespan_s, rel=1e-12)
 
 
 # ---------------------------------------------------------------- local search

@@ -37,9 +37,9 @@ from autotune.pipeline.search import (
     _stage_candidates,
     local_search,
     makespans_s,
+    plan_step_s,
     schedule_graph,
 )
-from autotune.pipeline.simulator import simulate
 
 MAX_REPAIR_MOVES = 2000
 MAX_LAYER_MOVES = 300
@@ -235,6 +235,8 @@ class _Evaluator:
             changed = False
             for s in stages:
                 r = cands[s][0]
+                if len(r) == 1:  # no choice: the stage keeps its one candidate
+                    continue
                 trial = numpy.repeat(base[None, :], len(r), axis=0)
                 for k, c in enumerate(range(s, num, pp)):
                     trial[:, num + c] += r[:, k] - r[choice[s], k]
@@ -308,8 +310,8 @@ def improve_layers(
     cands, choice = found
     choice, step = ev.reoptimise(layers, cands, choice, range(pp))
     best = ev.plan(cands, choice)
-    best_step = simulate(problem, best).makespan_s
-    start_step = simulate(problem, start).makespan_s
+    best_step = step
+    start_step = plan_step_s(problem, start)
     if not better(problem, best, best_step, start, start_step):
         best, best_step = start, start_step
         found = _choice_of(ev, layers, start)

@@ -38,7 +38,7 @@ import time
 from autotune.pipeline.assignment import Assignment, layers_in_order
 from autotune.pipeline.layer_search import better, chunks_around, improve_layers, repair
 from autotune.pipeline.problem import DEFAULT_SEARCH_ROUNDS, Problem
-from autotune.pipeline.search import local_search
+from autotune.pipeline.search import local_search, plan_step_s
 from autotune.pipeline.simulator import chunk_backward_s, chunk_forward_s, simulate
 
 # Rounds and the climb's budget per round: about 0.5-1 s of CPU per round on
@@ -109,12 +109,15 @@ def iterated_search(
     (which fits); never worse than `start`. `deadline_s`
     (time.perf_counter()) stops it early."""
     rng = random.Random(seed)
-    best, best_step = start, simulate(problem, start).makespan_s
+    best, best_step = start, plan_step_s(problem, start)
     num = problem.num_virtual
+    weights = None  # of `best`, recomputed when it changes
     for _ in range(rounds):
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
-        layers = aimed_kick(problem, best, rng)
+        if weights is None:
+            weights = critical_weights_s(problem, best)
+        layers = _moved(problem, best, rng, weights if sum(weights) > 0 else None)
         plan = local_search(problem, layers) if layers is not None else None
         if plan is None:
             continue
@@ -126,7 +129,7 @@ def iterated_search(
             deadline_s=deadline_s,
             focus=chunks_around(problem, changed),
         )
-        step = simulate(problem, plan).makespan_s
+        step = plan_step_s(problem, plan)
         if better(problem, plan, step, best, best_step):
-            best, best_step = plan, step
+            best, best_step, weights = plan, step, None
     return best

@@ -27,7 +27,12 @@ from functools import lru_cache
 
 import numpy
 
-from autotune.pipeline.assignment import Assignment, alive_vectors
+from autotune.pipeline.assignment import (
+    Assignment,
+    alive_vectors,
+    chunk_backward_s,
+    chunk_forward_s,
+)
 from autotune.pipeline.problem import Problem, Schedule
 from autotune.pipeline.schedule import stage_orders
 
@@ -41,19 +46,23 @@ PHASES = 4
 
 @dataclass(frozen=True)
 class Graph:
-    """The schedule's dependency graph in level order: op i takes duration
-    column `kind[i]` (c for F_c, num + c for B_c) and waits for `pred1[i]`,
-    `pred2[i]` (index `num_ops` means none)."""
+    """The schedule's dependency graph, its ops numbered in level order (the
+    ops of one level are a contiguous slice, so a longest-path pass reads
+    and writes slices): op i takes duration column `kind[i]` (c for F_c,
+    num + c for B_c) and waits for `pred1[i]`, `pred2[i]` (index `num_ops`
+    means none; both are earlier in the order)."""
 
-    levels: tuple[numpy.ndarray, ...]
     pred1: numpy.ndarray
     pred2: numpy.ndarray
     kind: numpy.ndarray
     num_ops: int
     last_ops: numpy.ndarray
-    # Per level: (ops, their pred1, their pred2, their kind), indexed once
-    # per graph rather than on every longest-path pass.
-    steps: tuple[tuple[numpy.ndarray, ...], ...]
+    # Per level: (first op, one past the last, its ops' pred1 then pred2 in
+    # one array, their kinds), indexed once per graph rather than on every
+    # longest-path pass.
+    steps: tuple[tuple[int, int, numpy.ndarray, numpy.ndarray], ...]
+    # The same as plain lists, for the one-plan pass (`_end_times_one`).
+    lists: tuple[list[int], list[int], list[int]]
 
 
 @lru_cache(maxsize=16)
@@ -96,21 +105,50 @@ def schedule_graph(
         idx = numpy.nonzero(ready)[0]
         depth[idx] = numpy.maximum(depth[pred1[idx]], depth[pred2[idx]]) + 1
         done[idx] = True
-    levels = tuple(numpy.nonzero(depth[:total] == d)[0] for d in range(1, depth.max() + 1))
     last = numpy.array(
         [index[order[-1][0], order[-1][1] * pp + s, order[-1][2]] for s, order in enumerate(orders)]
     )
-    steps = tuple((level, pred1[level], pred2[level], kind[level]) for level in levels)
-    return Graph(levels, pred1, pred2, kind, total, last, steps)
+    # Renumber in level order (stable within a level).
+    order_of = numpy.argsort(depth[:total], kind="stable")
+    new_of = numpy.empty(total + 1, dtype=numpy.int64)
+    new_of[order_of] = numpy.arange(total)
+    new_of[total] = total
+    pred1, pred2 = new_of[pred1[order_of]], new_of[pred2[order_of]]
+    kind, last = kind[order_of], new_of[last]
+    bounds = numpy.searchsorted(depth[:total][order_of], numpy.arange(1, depth.max() + 2))
+    steps = tuple(
+        (int(a), int(b), numpy.concatenate([pred1[a:b], pred2[a:b]]), kind[a:b])
+        for a, b in itertools.pairwise(bounds)
+    )
+    lists = (pred1.tolist(), pred2.tolist(), kind.tolist())
+    return Graph(pred1, pred2, kind, total, last, steps, lists)
+
+
+def _end_times_one(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
+    """_end_times for one plan: a plain loop over the ops, several times
+    faster than the per-level array pass when there is one column."""
+    first, second, kind = graph.lists
+    dur = durations_s[0].tolist()
+    end = [0.0] * (graph.num_ops + 1)
+    for i in range(graph.num_ops):
+        x, y = end[first[i]], end[second[i]]
+        end[i] = (x if x > y else y) + dur[kind[i]]
+    return numpy.array(end)[:, None]
 
 
 def _end_times(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     """End time of every op (rows; the last row is the 'no predecessor'
-    zero) for each row of `durations_s` (K x 2 num: F_c then B_c)."""
+    zero) for each row of `durations_s` (K x 2 num: F_c then B_c): per
+    level, end = max(end of pred1, end of pred2) + duration."""
+    if durations_s.shape[0] == 1:
+        return _end_times_one(graph, durations_s)
     end = numpy.zeros((graph.num_ops + 1, durations_s.shape[0]))
-    dur = durations_s.T
-    for level, first, second, kind in graph.steps:
-        end[level] = numpy.maximum(end[first], end[second]) + dur[kind]
+    dur = numpy.ascontiguousarray(durations_s.T)
+    for a, b, preds, kind in graph.steps:
+        both = end[preds]
+        span = end[a:b]
+        numpy.maximum(both[: b - a], both[b - a :], out=span)
+        span += dur[kind]
     return end
 
 
@@ -118,6 +156,26 @@ def makespans_s(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     """Longest path for each row of `durations_s` (K x 2 num: F_c then B_c):
     the simulated step time of K plans at once."""
     return _end_times(graph, durations_s)[graph.last_ops].max(axis=0)
+
+
+def plan_step_s(problem: Problem, a: Assignment) -> float:
+    """The simulated step time of `a` (simulator.py's makespan, seconds) as
+    the schedule graph's longest path over its chunk times F_c, B_c
+    (assignment.py), without the replay's blocks and memory."""
+    num = problem.num_virtual
+    durations = numpy.array(
+        [
+            [chunk_forward_s(problem, a, c) for c in range(num)]
+            + [chunk_backward_s(problem, a, c) for c in range(num)]
+        ]
+    )
+    graph = schedule_graph(
+        problem.num_stages,
+        problem.num_chunks,
+        problem.num_micro_batches,
+        problem.schedule is Schedule.INTERLEAVED,
+    )
+    return float(makespans_s(graph, durations)[0])
 
 
 def _scores(graph: Graph, durations_s: numpy.ndarray, by_ops: bool) -> numpy.ndarray:
