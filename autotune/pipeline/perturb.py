@@ -36,16 +36,29 @@ import random
 import time
 
 from autotune.pipeline.assignment import Assignment, layers_in_order
-from autotune.pipeline.layer_search import better, chunks_around, improve_layers, repair
+from autotune.pipeline.layer_search import (
+    REL_TIE,
+    better,
+    chunks_around,
+    improve_layers,
+    repair,
+)
 from autotune.pipeline.problem import DEFAULT_SEARCH_ROUNDS, Problem
-from autotune.pipeline.search import local_search, plan_step_s
+from autotune.pipeline.search import local_search, plan_step_s, work_done_s
 from autotune.pipeline.simulator import chunk_backward_s, chunk_forward_s, simulate
 
-# Rounds and the climb's budget per round: about 0.5-1 s of CPU per round on
-# 16 stages x 3 chunks x 16-32 micro-batches, so the rounds fit well within
-# the heuristic phase of the default 60 s limit even on a loaded machine.
+# The rounds' budget. Each round climbs at most CLIMB_MOVES layouts. On
+# 16 stages x 2-3 chunks x 16-32 micro-batches a round costs about 0.1-0.3
+# s of CPU, and the plan still improves after 100-250 rounds near the
+# tightest cap (docs/pipeline.md): the rounds stop after STALL_ROUNDS
+# without a faster plan or WORK_BUDGET_S of longest-path work (about twice
+# that in CPU seconds, 20-30 s on an idle 2-core machine), which leaves the
+# default 60 s limit's safety stop (balance.MOVES_SHARE) room for a
+# machine about 1.5 times slower.
 ROUNDS = DEFAULT_SEARCH_ROUNDS
 CLIMB_MOVES = 100
+STALL_ROUNDS = 64
+WORK_BUDGET_S = 16.0
 SEED = 0
 
 
@@ -104,17 +117,28 @@ def iterated_search(
     rounds: int = ROUNDS,
     seed: int = SEED,
     deadline_s: float | None = None,
+    work_budget_s: float = WORK_BUDGET_S,
+    stall_rounds: int = STALL_ROUNDS,
 ) -> Assignment:
-    """The best plan over `rounds` kick-repair-climb rounds from `start`
-    (which fits); never worse than `start`. `deadline_s`
-    (time.perf_counter()) stops it early."""
+    """The best plan over kick-repair-climb rounds from `start` (which
+    fits); never worse than `start`. The rounds stop after `rounds`, after
+    `stall_rounds` in a row that found no faster plan, or when the rounds
+    have spent `work_budget_s` of longest-path work (search.work_done_s, a
+    count that does not depend on the machine or its load), whichever comes
+    first; `deadline_s` (time.perf_counter()) is a safety stop, the one case
+    whose plan depends on the load."""
     rng = random.Random(seed)
     best, best_step = start, plan_step_s(problem, start)
     num = problem.num_virtual
     weights = None  # of `best`, recomputed when it changes
+    work_end_s = work_done_s() + work_budget_s
+    stalled = 0
     for _ in range(rounds):
+        if stalled >= stall_rounds or work_done_s() >= work_end_s:
+            break
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
+        stalled += 1
         if weights is None:
             weights = critical_weights_s(problem, best)
         layers = _moved(problem, best, rng, weights if sum(weights) > 0 else None)
@@ -130,6 +154,8 @@ def iterated_search(
             focus=chunks_around(problem, changed),
         )
         step = plan_step_s(problem, plan)
+        if step < best_step * (1 - REL_TIE):
+            stalled = 0
         if better(problem, plan, step, best, best_step):
             best, best_step, weights = plan, step, None
     return best

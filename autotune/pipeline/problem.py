@@ -270,7 +270,7 @@ class Problem:
 
 
 # Kick-repair-climb rounds after the layer moves (perturb.py).
-DEFAULT_SEARCH_ROUNDS = 12
+DEFAULT_SEARCH_ROUNDS = 400
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ the schedule graph, vectorised over the candidates (`makespans_s`).
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -126,7 +127,8 @@ def schedule_graph(
 
 def _end_times_one(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     """_end_times for one plan: a plain loop over the ops, several times
-    faster than the per-level array pass when there is one column."""
+    faster than the per-level array pass when there is one column; the same
+    maxima and additions, so the same floats."""
     first, second, kind = graph.lists
     dur = durations_s[0].tolist()
     end = [0.0] * (graph.num_ops + 1)
@@ -136,13 +138,37 @@ def _end_times_one(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     return numpy.array(end)[:, None]
 
 
+class _Work(threading.local):
+    """Longest-path work done by this thread, in reference seconds."""
+
+    done_s = 0.0
+
+
+_WORK = _Work()
+# The cost model of one longest-path pass, in seconds, least squares over
+# 5 schedule shapes (64 to 3072 ops) x K = 2-768 on a 2-core x86 machine
+# (within about 40%): a call, a level, an op-column; a one-plan pass per op.
+# It only has to grow with the real cost: it makes a budget of work that is
+# the same on every machine and under any load (perturb.py).
+CALL_S, LEVEL_S, OP_COLUMN_S, ONE_PLAN_OP_S = 1.5e-4, 4.9e-6, 3.9e-9, 1.6e-7
+
+
+def work_done_s() -> float:
+    """Longest-path work this thread has done so far, in reference seconds
+    (CALL_S ... ONE_PLAN_OP_S): a clock that does not depend on the load."""
+    return _WORK.done_s
+
+
 def _end_times(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     """End time of every op (rows; the last row is the 'no predecessor'
     zero) for each row of `durations_s` (K x 2 num: F_c then B_c): per
     level, end = max(end of pred1, end of pred2) + duration."""
-    if durations_s.shape[0] == 1:
+    columns = durations_s.shape[0]
+    if columns == 1:
+        _WORK.done_s += ONE_PLAN_OP_S * graph.num_ops
         return _end_times_one(graph, durations_s)
-    end = numpy.zeros((graph.num_ops + 1, durations_s.shape[0]))
+    _WORK.done_s += CALL_S + LEVEL_S * len(graph.steps) + OP_COLUMN_S * graph.num_ops * columns
+    end = numpy.zeros((graph.num_ops + 1, columns))
     dur = numpy.ascontiguousarray(durations_s.T)
     for a, b, preds, kind in graph.steps:
         both = end[preds]
