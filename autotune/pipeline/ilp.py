@@ -399,30 +399,18 @@ def _add_split_rows(
     return made
 
 
-def solve(
+def _build(
     problem: Problem,
     paths: list[Path],
-    *,
-    time_limit_s: float,
-    solver: str,
-    fixed_layers: list[list[int]] | None = None,
-    minimise_overshoot: bool = False,
-    exact_schedule: bool = True,
-    relaxed: bool = False,
-    start: Assignment | None = None,
-    split_step_limit_s: float | None = None,
-    cutoff_s: float | None = None,
-    relative_gap: float = 1e-3,
-    verbose: bool = False,
-) -> IlpOutcome:
-    """Build and solve the MILP. Times are scaled to the largest layer
-    forward and memory to GiB so the coefficients stay near 1.
-
-    `fixed_layers[c][g]` pins layer counts (only recomputation is chosen);
-    `minimise_overshoot` drops the time objective and minimises the largest
-    memory excess over the cap (the infeasibility diagnosis); `relaxed`
-    solves the LP relaxation and reports its layer counts in `layers`;
-    `start` is a plan handed to the solver as its first incumbent."""
+    fixed_layers: list[list[int]] | None,
+    minimise_overshoot: bool,
+    exact_schedule: bool,
+    relaxed: bool,
+    split_step_limit_s: float | None,
+):
+    """The MILP of `solve` (its arguments): the PuLP problem, the
+    recomputation counts n[g, c, o], the layer counts x[g, c], the split
+    variables, the overshoot variable (or None) and the time scale."""
     t_ref = max(g.forward_s for g in problem.groups)
     num, pp = problem.num_virtual, problem.num_stages
     groups, options = problem.groups, problem.options
@@ -577,6 +565,44 @@ def solve(
                 bwd_vars.append(bv)
             _add_schedule(problem, prob, step, fwd_vars, bwd_vars)
 
+    return prob, n, xv, ys, over, t_ref
+
+
+def solve(
+    problem: Problem,
+    paths: list[Path],
+    *,
+    time_limit_s: float,
+    solver: str,
+    fixed_layers: list[list[int]] | None = None,
+    minimise_overshoot: bool = False,
+    exact_schedule: bool = True,
+    relaxed: bool = False,
+    start: Assignment | None = None,
+    split_step_limit_s: float | None = None,
+    cutoff_s: float | None = None,
+    relative_gap: float = 1e-3,
+    verbose: bool = False,
+) -> IlpOutcome:
+    """Build and solve the MILP. Times are scaled to the largest layer
+    forward and memory to GiB so the coefficients stay near 1.
+
+    `fixed_layers[c][g]` pins layer counts (only recomputation is chosen);
+    `minimise_overshoot` drops the time objective and minimises the largest
+    memory excess over the cap (the infeasibility diagnosis); `relaxed`
+    solves the LP relaxation and reports its layer counts in `layers`;
+    `start` is a plan handed to the solver as its first incumbent."""
+    t0 = time.perf_counter()
+    prob, n, xv, ys, over, t_ref = _build(
+        problem,
+        paths,
+        fixed_layers,
+        minimise_overshoot,
+        exact_schedule,
+        relaxed,
+        split_step_limit_s,
+    )
+    num, groups, options = problem.num_virtual, problem.groups, problem.options
     cleanup = ExitStack()
     log_path = None
     if solver == "cbc":  # CBC's files in a private folder, removed on any exit
