@@ -166,3 +166,31 @@ def test_hangs_100000_micro_batches_is_bad_input_naming_the_range(tmp_path, args
     assert time.perf_counter() - t0 < HANG_S
     line = assert_one_line_error(run, str(path), field, "8192")
     assert "fix: use" in line
+
+
+def test_hangs_a_slow_milp_build_is_cut_at_the_deadline(tmp_path, monkeypatch):
+    """The MILP's model is built in Python before its solver's limit
+    starts; on a loaded machine the build alone ran 18-31 s past a 60 s
+    limit. A build that would end past the deadline is now abandoned."""
+    from autotune.pipeline import ilp
+    from autotune.pipeline.balance import POLISH_GRACE_S, balance
+    from autotune.pipeline.problem import ShapeOverrides
+    from autotune.pipeline.readers import read_pipeline_file
+
+    real_build = ilp._build
+
+    def slow_build(*args, **kwargs):
+        time.sleep(30.0)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(ilp, "_build", slow_build)
+    path = tmp_path / "p.yaml"
+    path.write_text(DEEPSEEK)
+    limit_s = 2.0
+    read = read_pipeline_file(path, ShapeOverrides(time_limit_s=limit_s))
+    t0 = time.perf_counter()
+    result = balance(read.problem, read.settings)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < limit_s + POLISH_GRACE_S + 2.0, f"{elapsed:.1f} s with a {limit_s} s limit"
+    assert result.plan is not None and result.plan.fits
+    assert result.solver.time_limited

@@ -42,6 +42,7 @@ import pulp
 
 from autotune.pipeline.assignment import Assignment, alive_vectors
 from autotune.pipeline.bounds import stage_floors
+from autotune.pipeline.deadline import TimeBox
 from autotune.pipeline.problem import Problem, Schedule, SolverChoice
 from autotune.pipeline.quiet import solver_output
 from autotune.pipeline.schedule import stage_orders
@@ -593,15 +594,23 @@ def solve(
     solves the LP relaxation and reports its layer counts in `layers`;
     `start` is a plan handed to the solver as its first incumbent."""
     t0 = time.perf_counter()
-    prob, n, xv, ys, over, t_ref = _build(
-        problem,
-        paths,
-        fixed_layers,
-        minimise_overshoot,
-        exact_schedule,
-        relaxed,
-        split_step_limit_s,
-    )
+    # The build is pure Python and, on large shapes under load, takes
+    # seconds: it runs in a time box, so a build that would end past the
+    # deadline is abandoned (as a solve stopped by its limit before a plan).
+    built = None
+    with TimeBox():
+        built = _build(
+            problem,
+            paths,
+            fixed_layers,
+            minimise_overshoot,
+            exact_schedule,
+            relaxed,
+            split_step_limit_s,
+        )
+    if built is None:
+        return IlpOutcome("no_solution", solver, None, None, None, time.perf_counter() - t0)
+    prob, n, xv, ys, over, t_ref = built
     num, groups, options = problem.num_virtual, problem.groups, problem.options
     cleanup = ExitStack()
     log_path = None
