@@ -5,22 +5,15 @@ repair finds one; an impossible cap is proven infeasible (exit 1's case)."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import replace
-from pathlib import Path
+
+from benchmark_family import family
 
 from autotune.pipeline.assignment import even_layer_split
 from autotune.pipeline.balance import balance, baselines
 from autotune.pipeline.layer_search import feasible_start, least_peak_bytes, repair
 from autotune.pipeline.problem import SolverSettings
 from autotune.pipeline.simulator import simulate
-
-_spec = importlib.util.spec_from_file_location(
-    "pipeline_robustness",
-    Path(__file__).resolve().parent.parent / "benchmarks" / "pipeline_robustness.py",
-)
-family = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(family)
 
 GIB = float(2**30)
 QUICK = SolverSettings(time_limit_s=4.0)
