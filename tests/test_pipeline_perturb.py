@@ -4,24 +4,17 @@ start, and the balancer climbs every start, not only the best one."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from benchmark_family import family
 
 from autotune.pipeline.balance import _heuristic_start, _improve, _path_of, _quick_start, baselines
 from autotune.pipeline.layer_search import chunks_around, improve_layers
 from autotune.pipeline.perturb import aimed_kick, critical_weights_s, iterated_search
+from autotune.pipeline.search import work_done_s
 from autotune.pipeline.simulator import simulate
-
-_spec = importlib.util.spec_from_file_location(
-    "pipeline_robustness",
-    Path(__file__).resolve().parent.parent / "benchmarks" / "pipeline_robustness.py",
-)
-family = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(family)
 
 GIB = float(2**30)
 
@@ -83,6 +76,52 @@ def test_rounds_repeat_exactly_and_never_lose_the_start():
     assert first == second
     assert _fits(p, first)
     assert simulate(p, first).makespan_s <= simulate(p, a).makespan_s * (1 + 1e-12)
+
+
+def _counted_rounds(monkeypatch, p, a, **kwargs):
+    """The plan of iterated_search and how many rounds it ran (each round
+    that gets a kicked layout calls local_search once)."""
+    import autotune.pipeline.perturb as perturb
+
+    calls = []
+    real = perturb.local_search
+
+    def counting(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(perturb, "local_search", counting)
+    try:
+        return iterated_search(p, a, **kwargs), len(calls)
+    finally:
+        monkeypatch.setattr(perturb, "local_search", real)
+
+
+def test_rounds_stop_when_their_work_budget_is_spent(monkeypatch):
+    p = _member("uniform", 2, 8, 1.02, stages=4)
+    a = improve_layers(p, _quick_start(p))
+    before = work_done_s()
+    _, rounds = _counted_rounds(monkeypatch, p, a, rounds=50, work_budget_s=1e-12)
+    assert rounds == 1  # the budget is checked before each round
+    assert work_done_s() > before
+    # The count is work, not time: the same budget gives the same rounds.
+    budget = 0.05
+    first = _counted_rounds(monkeypatch, p, a, rounds=400, work_budget_s=budget, stall_rounds=400)
+    second = _counted_rounds(monkeypatch, p, a, rounds=400, work_budget_s=budget, stall_rounds=400)
+    assert first == second and 1 < first[1] < 400
+
+
+def test_rounds_stop_after_a_stall_without_a_faster_plan(monkeypatch):
+    p = _member("dense-moe-mtp", 2, 8, 1.02, stages=4)
+    a = improve_layers(p, _quick_start(p))
+    stall = 4
+    plan, rounds = _counted_rounds(monkeypatch, p, a, rounds=200, stall_rounds=stall)
+    assert rounds < 200
+    # Rounds are a prefix of a longer run (same seed): the plan after the
+    # last `stall` rounds is no faster than the one before them.
+    earlier = iterated_search(p, a, rounds=rounds - stall, stall_rounds=10**6)
+    assert simulate(p, plan).makespan_s >= simulate(p, earlier).makespan_s * (1 - 1e-9)
+    assert iterated_search(p, a, rounds=rounds, stall_rounds=10**6) == plan
 
 
 def test_every_start_is_climbed_not_only_the_best():
