@@ -36,9 +36,10 @@ MAX_CUT_ROUNDS = 60
 # The layer moves run when the first plan is this far above the LP bound.
 IMPROVE_ABOVE_BOUND = 0.02
 # Share of the time limit after which the layer moves stop (a safety stop:
-# they are bounded by move and round counts, about 3-12 s of CPU on the
-# hard family of benchmarks/pipeline_robustness.py, and a run that reaches
-# this stop is the one case whose plan depends on the machine's load). The
+# they are bounded by move counts and the rounds' work budget, about 20-30
+# s of CPU on the hard family of benchmarks/pipeline_robustness.py, and a
+# run that reaches this stop is the one case whose plan depends on the
+# machine's load). The
 # MILP that follows keeps its plan only when its solve finishes; on that
 # family it does not within the limit, so the moves are given most of it.
 MOVES_SHARE = 0.75
