@@ -12,7 +12,12 @@ from benchmark_family import family
 
 from autotune.pipeline.balance import _heuristic_start, _improve, _path_of, _quick_start, baselines
 from autotune.pipeline.layer_search import chunks_around, improve_layers
-from autotune.pipeline.perturb import aimed_kick, critical_weights_s, iterated_search
+from autotune.pipeline.perturb import (
+    aimed_kick,
+    critical_weights_s,
+    iterated_chains,
+    iterated_search,
+)
 from autotune.pipeline.search import work_done_s
 from autotune.pipeline.simulator import simulate
 
@@ -122,6 +127,26 @@ def test_rounds_stop_after_a_stall_without_a_faster_plan(monkeypatch):
     earlier = iterated_search(p, a, rounds=rounds - stall, stall_rounds=10**6)
     assert simulate(p, plan).makespan_s >= simulate(p, earlier).makespan_s * (1 - 1e-9)
     assert iterated_search(p, a, rounds=rounds, stall_rounds=10**6) == plan
+
+
+def test_chains_never_lose_to_their_first_chain_or_a_start():
+    p = _member("dense-moe-mtp", 2, 8, 1.02, stages=4)
+    quick = improve_layers(p, _quick_start(p))
+    paths = [_path_of(simulate(p, a)) for _, a in baselines(p)]
+    lp, _ = _heuristic_start(p, paths, "highs", 30.0, 1e-4, False)
+    starts = [quick] + ([improve_layers(p, lp)] if lp is not None else [])
+    budget = 0.5
+    first = iterated_search(p, quick, work_budget_s=budget)
+    chains = iterated_chains(p, starts, work_budget_s=budget, max_chains=4)
+    assert chains == iterated_chains(p, starts, work_budget_s=budget, max_chains=4)
+    assert _fits(p, chains)
+    step = simulate(p, chains).makespan_s
+    assert step <= simulate(p, first).makespan_s * (1 + 1e-12)
+    assert all(step <= simulate(p, a).makespan_s * (1 + 1e-12) for a in starts)
+    # No chain once a start is good enough, nor without rounds: the best start.
+    best_start = min(starts, key=lambda a: simulate(p, a).makespan_s)
+    assert iterated_chains(p, starts, enough_s=float("inf")) == best_start
+    assert iterated_chains(p, starts, rounds=0) == best_start
 
 
 def test_every_start_is_climbed_not_only_the_best():

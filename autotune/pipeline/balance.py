@@ -139,28 +139,34 @@ def _improve(
     verbose: bool,
     deadline_s: float | None,
     rounds: int,
+    enough_s: float = 0.0,
 ) -> Assignment:
-    """One-layer moves from each of `starts` (in order; the best climbed
-    plan is kept), then `rounds` rounds of kicks and moves from it
-    (perturb.py; both until `deadline_s`), then (CBC only) the MILP with
-    the layer counts fixed. Each start is climbed because the best start
-    is not always the best after the climb: on dense-moe-mtp, 2 chunks, 16
-    micro-batches, 2% above the tightest cap, the LP-rounded start (594.92
-    ms) climbs to 546.48 ms and the even split's (598.99 ms) to 520.95 ms."""
+    """One-layer moves from each of `starts`, then chains of rounds of kicks
+    and moves (perturb.iterated_chains, at most `rounds` per chain), the
+    first from the best climbed start and the next from the others (both
+    until `deadline_s`; no new chain once a plan is within `enough_s`),
+    then (CBC only) the MILP with the layer counts fixed. Each start is
+    climbed because the best start is not always the best after the climb:
+    on dense-moe-mtp, 2 chunks, 16 micro-batches, 2% above the tightest
+    cap, the LP-rounded start (594.92 ms) climbs to 546.48 ms and the even
+    split's (598.99 ms) to 520.95 ms."""
     from autotune.pipeline.ilp import solve
-    from autotune.pipeline.layer_search import better, improve_layers
-    from autotune.pipeline.perturb import iterated_search
+    from autotune.pipeline.layer_search import better, improve_layers, tie_key
+    from autotune.pipeline.perturb import iterated_chains
 
-    found, found_step = None, 0.0
+    climbed = []
     for start in starts:
-        climbed = start
+        plan = start
         with TimeBox():  # one move can take long on large shapes
-            climbed = improve_layers(problem, start, deadline_s=deadline_s)
-        step = simulate(problem, climbed).makespan_s
-        if better(problem, climbed, step, found, found_step):
-            found, found_step = climbed, step
+            plan = improve_layers(problem, start, deadline_s=deadline_s)
+        if plan not in climbed:
+            climbed.append(plan)
+    climbed.sort(key=lambda a: (simulate(problem, a).makespan_s, tie_key(problem, a)))
+    found = climbed[0]
     with TimeBox():
-        found = iterated_search(problem, found, rounds=rounds, deadline_s=deadline_s)
+        found = iterated_chains(
+            problem, climbed, rounds=rounds, deadline_s=deadline_s, enough_s=enough_s
+        )
     if solver == "highs":
         return found
     layers = [
@@ -310,6 +316,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
                 verbose,
                 t0 + limit_s * MOVES_SHARE,
                 settings.search_rounds,
+                lower_bound * (1 + gap_rel),
             )
         )
     rounds = 0

@@ -59,7 +59,9 @@ ROUNDS = DEFAULT_SEARCH_ROUNDS
 CLIMB_MOVES = 100
 STALL_ROUNDS = 64
 WORK_BUDGET_S = 16.0
-SEED = 0
+# Chains of rounds at most (iterated_chains); the work budget is shared.
+MAX_CHAINS = 6
+SEED = 0  # the first chain's; chain k uses seed k
 
 
 def _moved(
@@ -158,4 +160,47 @@ def iterated_search(
             stalled = 0
         if better(problem, plan, step, best, best_step):
             best, best_step, weights = plan, step, None
+    return best
+
+
+def iterated_chains(
+    problem: Problem,
+    starts: list[Assignment],
+    rounds: int = ROUNDS,
+    deadline_s: float | None = None,
+    work_budget_s: float = WORK_BUDGET_S,
+    max_chains: int = MAX_CHAINS,
+    enough_s: float = 0.0,
+) -> Assignment:
+    """Chains of rounds (iterated_search) while the work budget lasts: the
+    first from `starts[0]`, the next from the other starts in order, then
+    from the best plan so far; chain k uses seed k and what is left of the
+    budget; no chain starts once the best step is at most `enough_s` (the
+    lower bound plus the relative gap). Returns the best plan of all (never
+    worse than any start; the starts fit, best first). A chain that stalls
+    leaves budget to the next: on cheap instances one chain stalls long
+    before the budget, and a chain from another start or seed finds what the
+    first could not (docs/pipeline.md)."""
+    best = starts[0]
+    best_step = plan_step_s(problem, best)
+    for start in starts[1:]:
+        step = plan_step_s(problem, start)
+        if better(problem, start, step, best, best_step):
+            best, best_step = start, step
+    if rounds == 0:
+        return best
+    work_end_s = work_done_s() + work_budget_s
+    for k in range(max_chains):
+        left_s = work_end_s - work_done_s()
+        if left_s <= 0 or best_step <= enough_s:
+            break
+        if deadline_s is not None and time.perf_counter() > deadline_s:
+            break
+        origin = starts[k] if k < len(starts) else best
+        plan = iterated_search(
+            problem, origin, rounds=rounds, seed=k, deadline_s=deadline_s, work_budget_s=left_s
+        )
+        step = plan_step_s(problem, plan)
+        if better(problem, plan, step, best, best_step):
+            best, best_step = plan, step
     return best
