@@ -18,13 +18,14 @@ column):
   L  one balancer run with the much larger `--long-limit` (0: not run);
   s  the seed tool's style of plan: the even split with one recomputation
      option for every layer (the best that fits; often none fits);
-  i  an iterated local search run apart from the balancer (seed 1; the
-     balancer's own rounds, perturb.py, use seed 0 and far fewer rounds):
+  i  an iterated local search run apart from the balancer (seed 1, uniform
+     kicks and full climbs of up to 600 moves; the balancer's chains of
+     rounds, perturb.py, aim their kicks and focus their climbs):
      `--kicks` restarts (fixed seeds), each from the best plan so far with
      2-6 random one-layer moves between neighbouring chunks or chunks of one
      stage, repaired to fit, recomputation chosen, then hill-climbed
-     (layer_search.improve_layers); it runs far longer than the balancer's
-     own moves and is no proof, so the MILP's bound is printed beside it;
+     (layer_search.improve_layers); it starts from the balancer's final
+     plan and is no proof, so the MILP's bound is printed beside it;
   t  a plan found at a tighter cap of the same shape (by r, L or i): it
      fits this cap too, so this cap's best is at least as fast.
 The ratio `vs best` = step / best known - 1 (target <= 1%); `bound gap` is
