@@ -187,3 +187,31 @@ def test_hangs_a_slow_milp_build_is_cut_at_the_deadline(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ilp, "_build", slow_build)
     _assert_balance_ends_by_its_limit(tmp_path, DEEPSEEK)
+
+
+def test_hangs_a_time_box_whose_alarm_is_lost_still_ends():
+    """Python drops an exception raised in a garbage-collection callback or
+    a __del__ method (seen in this suite: hypothesis's gc callback took the
+    alarm); the alarm fires again until the body ends."""
+    from autotune.pipeline.deadline import OutOfTime, TimeBox, deadline_of_whole_call
+
+    dropped = []
+
+    @deadline_of_whole_call(lambda: 0.05)
+    def spin() -> TimeBox:
+        with TimeBox() as box:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < HANG_S:
+                try:
+                    while time.perf_counter() - t0 < HANG_S:
+                        pass
+                except OutOfTime:
+                    if dropped:
+                        raise
+                    dropped.append(time.perf_counter() - t0)  # lost, as in a gc callback
+        return box
+
+    t0 = time.perf_counter()
+    box = spin()
+    assert box.expired and dropped
+    assert time.perf_counter() - t0 < 1.0
