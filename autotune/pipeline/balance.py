@@ -39,9 +39,9 @@ IMPROVE_ABOVE_BOUND = 0.02
 # they are bounded by move counts and the rounds' work budget, about 20-30
 # s of CPU on the hard family of benchmarks/pipeline_robustness.py, and a
 # run that reaches this stop is the one case whose plan depends on the
-# machine's load). The
-# MILP that follows keeps its plan only when its solve finishes; on that
-# family it does not within the limit, so the moves are given most of it.
+# machine's load). The MILP that follows keeps its plan only when its
+# solve finishes; on that family it does not within the limit, so the
+# moves are given most of it.
 MOVES_SHARE = 0.75
 # Seconds past the time limit the final polish may take (see balance()).
 POLISH_GRACE_S = 1.0
@@ -151,7 +151,7 @@ def _improve(
     cap, the LP-rounded start (594.92 ms) climbs to 546.48 ms and the even
     split's (598.99 ms) to 520.95 ms."""
     from autotune.pipeline.ilp import solve
-    from autotune.pipeline.layer_search import better, improve_layers, tie_key
+    from autotune.pipeline.layer_search import better, improve_layers
     from autotune.pipeline.perturb import iterated_chains
 
     climbed = []
@@ -161,8 +161,7 @@ def _improve(
             plan = improve_layers(problem, start, deadline_s=deadline_s)
         if plan not in climbed:
             climbed.append(plan)
-    climbed.sort(key=lambda a: (simulate(problem, a).makespan_s, tie_key(problem, a)))
-    found = climbed[0]
+    found = climbed[0]  # the best start's climb, if the deadline cuts the chains
     with TimeBox():
         found = iterated_chains(
             problem, climbed, rounds=rounds, deadline_s=deadline_s, enough_s=enough_s

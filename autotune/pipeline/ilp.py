@@ -593,7 +593,7 @@ def solve(
     memory excess over the cap (the infeasibility diagnosis); `relaxed`
     solves the LP relaxation and reports its layer counts in `layers`;
     `start` is a plan handed to the solver as its first incumbent."""
-    t0 = time.perf_counter()
+    build_t0 = time.perf_counter()
     # The build is pure Python and, on large shapes under load, takes
     # seconds: it runs in a time box, so a build that would end past the
     # deadline is abandoned (as a solve stopped by its limit before a plan).
@@ -609,7 +609,7 @@ def solve(
             split_step_limit_s,
         )
     if built is None:
-        return IlpOutcome("no_solution", solver, None, None, None, time.perf_counter() - t0)
+        return IlpOutcome("no_solution", solver, None, None, None, time.perf_counter() - build_t0)
     prob, n, xv, ys, over, t_ref = built
     num, groups, options = problem.num_virtual, problem.groups, problem.options
     cleanup = ExitStack()

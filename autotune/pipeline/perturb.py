@@ -42,6 +42,7 @@ from autotune.pipeline.layer_search import (
     chunks_around,
     improve_layers,
     repair,
+    tie_key,
 )
 from autotune.pipeline.problem import DEFAULT_SEARCH_ROUNDS, Problem
 from autotune.pipeline.search import local_search, plan_step_s, work_done_s
@@ -51,10 +52,10 @@ from autotune.pipeline.simulator import chunk_backward_s, chunk_forward_s, simul
 # 16 stages x 2-3 chunks x 16-32 micro-batches a round costs about 0.1-0.3
 # s of CPU, and the plan still improves after 100-250 rounds near the
 # tightest cap (docs/pipeline.md): the rounds stop after STALL_ROUNDS
-# without a faster plan or WORK_BUDGET_S of longest-path work (about twice
-# that in CPU seconds, 20-30 s on an idle 2-core machine), which leaves the
-# default 60 s limit's safety stop (balance.MOVES_SHARE) room for a
-# machine about 1.5 times slower.
+# without a faster plan or WORK_BUDGET_S of longest-path work (1.1-1.6
+# times that in CPU seconds, 18-26 s on an idle 2-core machine), which
+# leaves the default 60 s limit's safety stop (balance.MOVES_SHARE) room
+# for a machine about 1.5 times slower.
 ROUNDS = DEFAULT_SEARCH_ROUNDS
 CLIMB_MOVES = 100
 STALL_ROUNDS = 64
@@ -105,11 +106,14 @@ def critical_weights_s(problem: Problem, a: Assignment) -> list[float]:
     ]
 
 
-def aimed_kick(problem: Problem, a: Assignment, rng: random.Random) -> list[list[int]] | None:
+def aimed_kick(
+    problem: Problem, a: Assignment, rng: random.Random, weights: list[float] | None = None
+) -> list[list[int]] | None:
     """As `kick`, but each move leaves, with even odds, a chunk drawn by its
-    seconds on the critical path (critical_weights_s) or a uniformly random
-    one."""
-    weights = critical_weights_s(problem, a)
+    seconds on the critical path (`weights`, critical_weights_s of `a`,
+    computed when not given) or a uniformly random one."""
+    if weights is None:
+        weights = critical_weights_s(problem, a)
     return _moved(problem, a, rng, weights if sum(weights) > 0 else None)
 
 
@@ -143,7 +147,7 @@ def iterated_search(
         stalled += 1
         if weights is None:
             weights = critical_weights_s(problem, best)
-        layers = _moved(problem, best, rng, weights if sum(weights) > 0 else None)
+        layers = aimed_kick(problem, best, rng, weights)
         plan = local_search(problem, layers) if layers is not None else None
         if plan is None:
             continue
@@ -173,20 +177,18 @@ def iterated_chains(
     enough_s: float = 0.0,
 ) -> Assignment:
     """Chains of rounds (iterated_search) while the work budget lasts: the
-    first from `starts[0]`, the next from the other starts in order, then
+    first from the best of `starts` (which fit), the next from the others,
+    fastest first, then
     from the best plan so far; chain k uses seed k and what is left of the
     budget; no chain starts once the best step is at most `enough_s` (the
     lower bound plus the relative gap). Returns the best plan of all (never
-    worse than any start; the starts fit, best first). A chain that stalls
+    worse than any start). A chain that stalls
     leaves budget to the next: on cheap instances one chain stalls long
     before the budget, and a chain from another start or seed finds what the
     first could not (docs/pipeline.md)."""
-    best = starts[0]
-    best_step = plan_step_s(problem, best)
-    for start in starts[1:]:
-        step = plan_step_s(problem, start)
-        if better(problem, start, step, best, best_step):
-            best, best_step = start, step
+    steps = {a: plan_step_s(problem, a) for a in starts}
+    starts = sorted(steps, key=lambda a: (steps[a], tie_key(problem, a)))
+    best, best_step = starts[0], steps[starts[0]]
     if rounds == 0:
         return best
     work_end_s = work_done_s() + work_budget_s
