@@ -10,15 +10,21 @@ from dataclasses import replace
 import pytest
 from benchmark_family import family
 
+from autotune.pipeline.assignment import even_layer_split, layers_in_order
 from autotune.pipeline.balance import _heuristic_start, _improve, _path_of, _quick_start, baselines
-from autotune.pipeline.layer_search import chunks_around, improve_layers
+from autotune.pipeline.layer_search import (
+    _far_moves,
+    _stage_moves,
+    chunks_around,
+    improve_layers,
+)
 from autotune.pipeline.perturb import (
     aimed_kick,
     critical_weights_s,
     iterated_chains,
     iterated_search,
 )
-from autotune.pipeline.search import work_done_s
+from autotune.pipeline.search import local_search, work_done_s
 from autotune.pipeline.simulator import simulate
 
 GIB = float(2**30)
@@ -161,3 +167,61 @@ def test_every_start_is_climbed_not_only_the_best():
     out = _improve(p, [lp, quick], paths, "highs", 30.0, 1e-4, False, None, 0)
     assert simulate(p, out).makespan_s <= min(climbed) * (1 + 1e-12)
     assert min(climbed) < max(climbed)
+
+
+def test_far_moves_keep_every_other_count_and_include_the_stage_moves():
+    p = _member("two-sizes", 2, 8, 1.0, stages=4)
+    layers = even_layer_split(p)
+    counts = [sum(r) for r in layers]
+    for chunk in range(p.num_virtual):
+        far = list(_far_moves(p, layers, chunk))
+        # every chunk but itself and its neighbours, once each
+        targets = [t for t, _ in far]
+        assert sorted(targets) == [t for t in range(p.num_virtual) if abs(t - chunk) > 1]
+        for t, new in far:
+            moved = [sum(r) for r in new]
+            assert moved[chunk] == counts[chunk] - 1 and moved[t] == counts[t] + 1
+            assert all(moved[c] == counts[c] for c in range(p.num_virtual) if c not in (chunk, t))
+            assert [sum(col) for col in zip(*new, strict=True)] == [
+                sum(col) for col in zip(*layers, strict=True)
+            ]
+        assert set(map(_key, (n for _, n in _stage_moves(p, layers, chunk)))) <= set(
+            map(_key, (n for _, n in far))
+        )
+
+
+def _key(layers):
+    return tuple(map(tuple, layers))
+
+
+# The layout the rounds ended on (505.58 ms) at dense-moe-mtp, 2 chunks, 16
+# micro-batches, cap 5% above the tightest; the even split cannot fit there.
+ROUNDS_END = [1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 2, 2, 2, 1, 2, 1]
+ROUNDS_END += [2, 3, 3, 3, 3, 3, 2, 2, 2, 3, 2, 2, 2, 3, 3, 1]
+
+
+def test_the_far_climb_reaches_what_the_boundary_climb_cannot():
+    # Published in docs/pipeline.md ("far climb"): 505.58 -> 491.48 ms.
+    p = _member("dense-moe-mtp", 2, 16, 1.05)
+    start = local_search(p, layers_in_order(p, ROUNDS_END))
+    assert start is not None
+    step_ms = simulate(p, start).makespan_s * 1e3
+    assert step_ms == pytest.approx(505.58, abs=0.01)
+    near = improve_layers(p, start, max_moves=10**6)
+    assert simulate(p, near).makespan_s * 1e3 == pytest.approx(step_ms, abs=0.01)
+    far = improve_layers(p, start, max_moves=10**6, far=True)
+    assert _fits(p, far)
+    assert simulate(p, far).makespan_s * 1e3 == pytest.approx(491.48, abs=0.01)
+
+
+def test_a_far_climb_stops_on_its_work_budget():
+    p = _member("dense-moe-mtp", 2, 16, 1.05)
+    start = local_search(p, layers_in_order(p, ROUNDS_END))
+    w0 = work_done_s()
+    cut = improve_layers(p, start, max_moves=10**6, far=True, work_end_s=w0 + 0.05)
+    # the budget is checked before each move: at most one move past it
+    assert work_done_s() - w0 < 0.05 + 0.05
+    assert simulate(p, cut).makespan_s <= simulate(p, start).makespan_s
+    assert cut == improve_layers(
+        p, start, max_moves=10**6, far=True, work_end_s=work_done_s() + 0.05
+    )

@@ -62,6 +62,10 @@ STALL_ROUNDS = 64
 WORK_BUDGET_S = 16.0
 # Chains of rounds at most (iterated_chains); the work budget is shared.
 MAX_CHAINS = 6
+# The far climbs after the chains (iterated_chains): their own work
+# budget, shared by the chains, and a count of moves per climb.
+FAR_BUDGET_S = 5.0
+FAR_CLIMB_MOVES = 5000
 SEED = 0  # the first chain's; chain k uses seed k
 
 
@@ -175,33 +179,55 @@ def iterated_chains(
     work_budget_s: float = WORK_BUDGET_S,
     max_chains: int = MAX_CHAINS,
     enough_s: float = 0.0,
+    far_budget_s: float = FAR_BUDGET_S,
 ) -> Assignment:
     """Chains of rounds (iterated_search) while the work budget lasts: the
     first from the best of `starts` (which fit), the next from the others,
-    fastest first, then
-    from the best plan so far; chain k uses seed k and what is left of the
-    budget; no chain starts once the best step is at most `enough_s` (the
-    lower bound plus the relative gap). Returns the best plan of all (never
-    worse than any start). A chain that stalls
-    leaves budget to the next: on cheap instances one chain stalls long
-    before the budget, and a chain from another start or seed finds what the
-    first could not (docs/pipeline.md)."""
+    fastest first, then from the best plan so far; chain k uses seed k and
+    what is left of the budget; no chain starts once the best step is at
+    most `enough_s` (the lower bound plus the relative gap). Each chain's
+    plan is then climbed with the far moves (improve_layers, `far`) while
+    `far_budget_s` of work, shared by the chains, lasts. Returns the best
+    plan of all (never worse than any start).
+
+    A chain that stalls leaves budget to the next: on cheap instances one
+    chain stalls long before the budget, and a chain from another start or
+    seed finds what the first could not. The far climb reaches layouts the
+    rounds' moves (neighbouring chunks, the same stage's chunks) reach only
+    through worse ones; it is too dear for every round (docs/pipeline.md)."""
     steps = {a: plan_step_s(problem, a) for a in starts}
     starts = sorted(steps, key=lambda a: (steps[a], tie_key(problem, a)))
     best, best_step = starts[0], steps[starts[0]]
     if rounds == 0:
         return best
-    work_end_s = work_done_s() + work_budget_s
+    rounds_left_s, far_left_s = work_budget_s, far_budget_s
     for k in range(max_chains):
-        left_s = work_end_s - work_done_s()
-        if left_s <= 0 or best_step <= enough_s:
+        if rounds_left_s <= 0 or best_step <= enough_s:
             break
         if deadline_s is not None and time.perf_counter() > deadline_s:
             break
         origin = starts[k] if k < len(starts) else best
+        w0_s = work_done_s()
         plan = iterated_search(
-            problem, origin, rounds=rounds, seed=k, deadline_s=deadline_s, work_budget_s=left_s
+            problem,
+            origin,
+            rounds=rounds,
+            seed=k,
+            deadline_s=deadline_s,
+            work_budget_s=rounds_left_s,
         )
+        w1_s = work_done_s()
+        rounds_left_s -= w1_s - w0_s
+        if far_left_s > 0:
+            plan = improve_layers(
+                problem,
+                plan,
+                max_moves=FAR_CLIMB_MOVES,
+                deadline_s=deadline_s,
+                far=True,
+                work_end_s=w1_s + far_left_s,
+            )
+            far_left_s -= work_done_s() - w1_s
         step = plan_step_s(problem, plan)
         if better(problem, plan, step, best, best_step):
             best, best_step = plan, step
