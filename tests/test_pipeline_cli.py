@@ -273,3 +273,20 @@ def test_non_finite_numbers_one_line_exit_2(tmp_path, repo_root, name, text, pat
     assert result.exit_code == 2, result.output
     assert re.search(pattern, result.stderr), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_plan_search_cut_by_the_clock_warns_and_the_json_still_parses(tmp_path, monkeypatch):
+    # The moves always wanted, and their safety stop at 0% of the limit: the
+    # clock cuts the search, the warning goes to stderr and into the JSON.
+    import autotune.pipeline.balance as balance_module
+
+    monkeypatch.setattr(balance_module, "IMPROVE_ABOVE_BOUND", -1.0)
+    monkeypatch.setattr(balance_module, "MOVES_SHARE", 0.0)
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE)
+    result = run("pipeline", str(path), "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["solver"]["repeatable"] is False
+    assert doc["warnings"] == [balance_module.CLOCK_CUT_WARNING]
+    assert "meshtune: warning: the time limit stopped the plan search" in result.stderr

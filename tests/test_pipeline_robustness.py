@@ -53,6 +53,24 @@ def test_tightest_cap_plans_and_repeats():
     assert first.solver.first_plan_s is not None and first.solver.first_plan_s < 4.0
     assert first.plan.assignment == second.plan.assignment
     assert first.plan.step_time_s == second.plan.step_time_s
+    # the heuristics ran to their counted budgets: nothing to warn about
+    assert first.solver.repeatable and not first.warnings
+
+
+def test_a_plan_search_cut_by_the_clock_says_so(monkeypatch):
+    # The moves' safety stop at 0% of the limit: they are skipped, so the
+    # plan depends on when the clock ran out, and the result says so.
+    import autotune.pipeline.balance as balance_module
+    from autotune.pipeline.document import to_document
+
+    monkeypatch.setattr(balance_module, "MOVES_SHARE", 0.0)
+    cut = balance(small(1.0), QUICK)
+    assert cut.plan is not None and cut.plan.fits
+    assert not cut.solver.repeatable
+    assert cut.warnings == (balance_module.CLOCK_CUT_WARNING,)
+    doc = to_document(cut, "small.yaml")
+    assert doc["solver"]["repeatable"] is False
+    assert "--time-limit" in doc["warnings"][0]
 
 
 def test_cap_below_every_plan_is_proven_infeasible():

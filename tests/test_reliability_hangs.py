@@ -135,6 +135,8 @@ def _assert_balance_ends_by_its_limit(tmp_path, text: str) -> None:
     assert elapsed < limit_s + POLISH_GRACE_S + 2.0, f"{elapsed:.1f} s with a {limit_s} s limit"
     assert result.plan is not None and result.plan.fits
     assert result.solver.time_limited
+    # the heuristics were cut by the clock: the result says the plan may vary
+    assert not result.solver.repeatable and result.warnings
 
 
 @pytest.mark.parametrize(
@@ -215,3 +217,29 @@ def test_hangs_a_time_box_whose_alarm_is_lost_still_ends():
     box = spin()
     assert box.expired and dropped
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_clock_cuts_count_deadline_stops_and_expired_time_boxes():
+    from autotune.pipeline.deadline import TimeBox, clock_cuts, deadline_of_whole_call, past
+
+    before = clock_cuts()
+    assert not past(None) and not past(time.perf_counter() + 60.0)
+    assert clock_cuts() == before
+    assert past(time.perf_counter() - 1.0)
+    assert clock_cuts() == before + 1
+
+    @deadline_of_whole_call(lambda: 0.02)
+    def spin() -> TimeBox:
+        with TimeBox() as box:
+            while True:
+                pass
+        return box
+
+    @deadline_of_whole_call(lambda: 60.0)
+    def quick() -> TimeBox:
+        with TimeBox() as box:
+            pass
+        return box
+
+    assert not quick().expired and clock_cuts() == before + 1
+    assert spin().expired and clock_cuts() == before + 2

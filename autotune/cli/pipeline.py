@@ -131,11 +131,13 @@ def pipeline(
     settings = replace(read.settings, verbose=verbose)
     with progress(f"balancing {spec_file} (solving the stage-assignment ILP)"):
         result = balance(read.problem, settings)
+    for warning in result.warnings:
+        click.echo(f"meshtune: warning: {warning}", err=True)
     result = replace(
         result,
         decomposition=read.decomposition,
         source_format=read.format,
-        warnings=read.warnings,
+        warnings=(*read.warnings, *result.warnings),
         manual_plans=evaluate_plans(read.manual_plans),
     )
     text = to_json(result, spec_file) if (fmt == "json" or out) else None

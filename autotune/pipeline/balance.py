@@ -21,7 +21,13 @@ from autotune.pipeline.assignment import (
     layers_in_order,
     uniform_assignment,
 )
-from autotune.pipeline.deadline import TimeBox, deadline_of_whole_call
+from autotune.pipeline.deadline import (
+    TimeBox,
+    clock_cuts,
+    deadline_of_whole_call,
+    note_clock_cut,
+    past,
+)
 from autotune.pipeline.problem import Problem, SolverSettings
 from autotune.pipeline.result import (
     BalanceResult,
@@ -43,6 +49,12 @@ IMPROVE_ABOVE_BOUND = 0.02
 # solve finishes; on that family it does not within the limit, so the
 # moves are given most of it.
 MOVES_SHARE = 0.75
+# The warning of a plan a wall-clock stop cut (SolverReport.repeatable).
+CLOCK_CUT_WARNING = (
+    "the time limit stopped the plan search before its budget (a slow or busy machine), "
+    "so another run may give another plan; a larger --time-limit gives the same plan "
+    "on every run"
+)
 # Seconds past the time limit the final polish may take (see balance()).
 POLISH_GRACE_S = 1.0
 
@@ -119,6 +131,8 @@ def _heuristic_start(
     )
     bound = relaxed.objective if relaxed.layers is not None else None
     if relaxed.layers is None:
+        if relaxed.status == "no_solution":  # the limit stopped it
+            note_clock_cut()
         return None, bound
     rounded = _rounded_layers(problem, relaxed.layers)
     if rounded is None:
@@ -239,6 +253,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
 
     settings = settings or SolverSettings()
     t0 = time.perf_counter()
+    cuts_at_start = clock_cuts()
     solver = solver_name(settings.solver)
     gap_rel = settings.relative_gap
     verbose = settings.verbose
@@ -275,6 +290,8 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     # than half the limit left, the MILP gets the rest instead.
     if time.perf_counter() - t0 < limit_s / 2:
         start, lower_bound = _heuristic_start(problem, paths, solver, limit_s / 2, gap_rel, verbose)
+    else:
+        note_clock_cut()
     # The stage-chain bound (chain_bound.py): integer layers and the exact
     # recomputation floor against the LP's exact schedule; both are valid.
     chain_s = 0.0
@@ -302,7 +319,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     if (
         best is not None
         and best[1].makespan_s > lower_bound * (1 + IMPROVE_ABOVE_BOUND)
-        and time.perf_counter() < t0 + limit_s * MOVES_SHARE
+        and not past(t0 + limit_s * MOVES_SHARE)
     ):
         offer(
             _improve(
@@ -318,6 +335,9 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
                 lower_bound * (1 + gap_rel),
             )
         )
+    # Whether a wall-clock stop cut a step this plan comes from (not the
+    # MILP's proof: its plan is used only when the solve ends on its own).
+    clock_cut = clock_cuts() > cuts_at_start
     rounds = 0
     last = None
     proven_infeasible = False
@@ -366,6 +386,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
             # CBC has no cutoff here and seldom proves within the limit: its
             # plan at the limit is used (runs that hit it may then differ).
             offer(last.assignment)
+            clock_cut = clock_cut or limited
         if last.status == "cutoff" or limited:
             break
         sim = simulate(problem, last.assignment)
@@ -407,6 +428,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
                 len(paths),
                 first_plan_s,
                 stopped_by_limit,
+                not clock_cut,
             ),
             infeasible=why,
         )
@@ -414,8 +436,9 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     plan_a = best[0]
     # The polish usually takes well under a second; it gets that much past
     # the deadline, so runs that hit the limit still polish their plan.
-    with TimeBox(extra_s=POLISH_GRACE_S):
+    with TimeBox(extra_s=POLISH_GRACE_S) as box:
         plan_a = polish(problem, best[0])
+    clock_cut = clock_cut or box.expired
     plan_sim = simulate(problem, plan_a)
     if not (_fits(problem, plan_sim) and plan_sim.makespan_s <= best[1].makespan_s * (1 + 1e-12)):
         plan_a, plan_sim = best
@@ -445,8 +468,10 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
             len(paths),
             first_plan_s,
             stopped_by_limit,
+            not clock_cut,
         ),
         infeasible=None,
+        warnings=() if not clock_cut else (CLOCK_CUT_WARNING,),
     )
 
 

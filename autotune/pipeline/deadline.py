@@ -57,6 +57,37 @@ def time_left_s(limit_s: float | None) -> float | None:
     return left if limit_s is None else min(limit_s, left)
 
 
+class _ClockCuts(threading.local):
+    """How many times this thread's search was stopped by the clock."""
+
+    count = 0
+
+
+_CUTS = _ClockCuts()
+
+
+def clock_cuts() -> int:
+    """Stops by the wall clock so far in this thread: a deadline check that
+    ended a search early (`past`) or a time box that expired. A step whose
+    stop counts here gives a result that depends on the machine's speed and
+    load (balance reports it: SolverReport.repeatable)."""
+    return _CUTS.count
+
+
+def note_clock_cut() -> None:
+    """Count one stop by the wall clock (clock_cuts)."""
+    _CUTS.count += 1
+
+
+def past(deadline_s: float | None) -> bool:
+    """True (and counted in clock_cuts) when `deadline_s`
+    (time.perf_counter()) has passed; False without a deadline."""
+    if deadline_s is None or time.perf_counter() <= deadline_s:
+        return False
+    note_clock_cut()
+    return True
+
+
 class OutOfTime(Exception):
     """Raised inside a TimeBox when the deadline passes."""
 
@@ -75,8 +106,9 @@ def _raise_out_of_time(signum: int, frame: object) -> None:
 
 class TimeBox:
     """`with TimeBox() as box:` runs the body until the deadline (if any)
-    plus `extra_s`; then the body is abandoned and `box.expired` is True. Only in the main
-    thread with no other SIGALRM handler; elsewhere the body runs to its end."""
+    plus `extra_s`; then the body is abandoned, `box.expired` is True and the
+    stop counts in clock_cuts. Only in the main thread with no other SIGALRM
+    handler; elsewhere the body runs to its end."""
 
     def __init__(self, extra_s: float = 0.0) -> None:
         self.extra_s = extra_s  # time allowed past the deadline
@@ -107,4 +139,6 @@ class TimeBox:
                     exc_type = OutOfTime
             signal.signal(signal.SIGALRM, self._previous)
         self.expired = exc_type is OutOfTime
+        if self.expired:
+            note_clock_cut()
         return self.expired

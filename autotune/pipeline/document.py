@@ -120,6 +120,7 @@ def to_document(result: BalanceResult, source_file: str) -> dict[str, Any]:
             "num_rounds": result.solver.num_rounds,
             "first_plan_s": result.solver.first_plan_s,
             "time_limited": result.solver.time_limited,
+            "repeatable": result.solver.repeatable,
         },
         "predicted_step_time_s": result.predicted_step_s,
         "plan": _plan(result.plan) if result.plan is not None else None,

@@ -2,7 +2,7 @@
 
 Why: the MILP is only as fast as the plan it starts from, and when no even
 split fits the cap it used to start from nothing. Three deterministic steps,
-each bounded by a count of moves (not by the clock, so the same problem gives
+each bounded by a count of moves or of work (not by the clock, so the same problem gives
 the same plan on any machine):
 
 - `repair`: while some stage cannot fit even with every layer on its most
@@ -10,8 +10,9 @@ the same plan on any machine):
   chunk (model order is kept: the last layer of chunk c to chunk c+1, or the
   first to c-1), choosing the move that leaves the receiving stage the most
   room. Then the recomputation search (search.py) picks the options.
-- `improve_layers`: hill-climbing over the same one-layer boundary moves;
-  after a move only the two stages involved re-choose their recomputation
+- `improve_layers`: hill-climbing over the same one-layer boundary moves
+  and moves between a stage's chunks (or, `far`, to any chunk); after a
+  move only the stages whose layers changed re-choose their recomputation
   (every other stage keeps its choice), and a move is kept when the
   simulated step drops (ties: the rule below).
 - `polish`: with the layers fixed, each stage in turn takes the candidate
@@ -25,7 +26,6 @@ squared layers per stage), then the smaller counts in model order.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy
 
 from autotune.pipeline.assignment import Assignment, alive_vectors, layers_in_order
+from autotune.pipeline.deadline import past
 from autotune.pipeline.problem import Problem, Schedule
 from autotune.pipeline.search import (
     _stage_candidates,
@@ -367,7 +368,7 @@ def improve_layers(
         return (
             evaluated >= max_moves
             or (work_end_s is not None and work_done_s() >= work_end_s)
-            or (deadline_s is not None and time.perf_counter() > deadline_s)
+            or past(deadline_s)
         )
 
     while since_kept < num if queue is None else queue:

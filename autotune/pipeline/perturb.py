@@ -25,17 +25,21 @@ proof", has the measurements):
   chunk. A full check spends most of a round's budget confirming moves far
   from the kick, which rarely changed.
 
-Deterministic: a fixed seed and a fixed number of rounds (no clock), so the
-same problem gives the same plan on every machine; only a run that reaches
-the caller's deadline stops early (as the other layer moves do).
+Chains of rounds (iterated_chains) share the budget, and each chain's
+plan is climbed once more with the far moves (layer_search._far_moves).
+
+Deterministic: a fixed seed per chain, and budgets counted in rounds and
+in longest-path work (search.work_done_s), not by the clock, so the same
+problem gives the same plan on every machine; only a run that reaches the
+caller's deadline stops early (as the other layer moves do).
 """
 
 from __future__ import annotations
 
 import random
-import time
 
 from autotune.pipeline.assignment import Assignment, layers_in_order
+from autotune.pipeline.deadline import past
 from autotune.pipeline.layer_search import (
     REL_TIE,
     better,
@@ -146,7 +150,7 @@ def iterated_search(
     for _ in range(rounds):
         if stalled >= stall_rounds or work_done_s() >= work_end_s:
             break
-        if deadline_s is not None and time.perf_counter() > deadline_s:
+        if past(deadline_s):
             break
         stalled += 1
         if weights is None:
@@ -204,7 +208,7 @@ def iterated_chains(
     for k in range(max_chains):
         if rounds_left_s <= 0 or best_step <= enough_s:
             break
-        if deadline_s is not None and time.perf_counter() > deadline_s:
+        if past(deadline_s):
             break
         origin = starts[k] if k < len(starts) else best
         w0_s = work_done_s()

@@ -84,6 +84,12 @@ class SolverReport:
     num_paths: int
     first_plan_s: float | None = None
     time_limited: bool = False
+    # False when a wall-clock stop cut a step the plan comes from (the
+    # heuristics' safety stop, a time box, a skipped LP relaxation, CBC's
+    # plan at the limit, a cut polish): another run may then give another
+    # plan. The MILP's proof stopped by the limit is time_limited only (its
+    # plan is not used then).
+    repeatable: bool = True
 
 
 @dataclass(frozen=True)
