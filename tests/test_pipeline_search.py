@@ -345,3 +345,16 @@ def test_balance_with_three_chunks_equals_brute_force(cap, n, kinds):
     assert result.plan is not None and result.plan.fits
     assert result.plan.step_time_s == pytest.approx(ref[0], rel=1e-6)
     assert result.solver.status == "optimal"
+
+
+def test_schedule_graph_refuses_an_order_that_deadlocks(monkeypatch):
+    # One stage whose backward runs before its own forward: neither can start.
+    import autotune.pipeline.search as search
+
+    monkeypatch.setattr(search, "stage_orders", lambda *shape: [[(False, 0, 0), (True, 0, 0)]])
+    search.schedule_graph.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="deadlocked"):
+            search.schedule_graph(1, 1, 1, False)
+    finally:
+        search.schedule_graph.cache_clear()

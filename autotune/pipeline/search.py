@@ -72,43 +72,48 @@ def schedule_graph(
 ) -> Graph:
     """The simulator's rules as arrays: an op waits for its stage
     predecessor and its input (forward of the previous chunk, backward of the
-    next chunk, or the forward of the last chunk)."""
-    pp, num = num_stages, num_stages * num_chunks
-    orders = stage_orders(pp, num_chunks, num_micro_batches, interleaved)
-    index: dict[tuple[bool, int, int], int] = {}
-    for s, order in enumerate(orders):
-        for forward, local, j in order:
-            index[forward, local * pp + s, j] = len(index)
-    total = len(index)
-    pred1 = numpy.full(total, total)
+    next chunk, or the forward of the last chunk). Levels by Kahn's
+    algorithm in topological waves (each wave: every op whose predecessors
+    have all been placed); RuntimeError if an op can never run."""
+    pp, num, m = num_stages, num_stages * num_chunks, num_micro_batches
+    ops = numpy.array(stage_orders(pp, num_chunks, m, interleaved), dtype=numpy.int64)
+    per_stage = ops.shape[1]
+    total = pp * per_stage  # op ids: stage by stage, each in its run order
+    ids = numpy.arange(total)
+    is_fwd = ops[:, :, 0].reshape(total).astype(bool)
+    chunk = ops[:, :, 1].reshape(total) * pp + numpy.repeat(numpy.arange(pp), per_stage)
+    micro = ops[:, :, 2].reshape(total)
+    where = numpy.empty((2, num, m), dtype=numpy.int64)  # [is_forward, chunk, micro-batch]
+    where[is_fwd.astype(numpy.int64), chunk, micro] = ids
+    pred1 = numpy.where(ids % per_stage == 0, total, ids - 1)
     pred2 = numpy.full(total, total)
-    kind = numpy.zeros(total, dtype=numpy.int64)
-    for s, order in enumerate(orders):
-        prev = None
-        for forward, local, j in order:
-            c = local * pp + s
-            i = index[forward, c, j]
-            kind[i] = c if forward else num + c
-            if prev is not None:
-                pred1[i] = prev
-            if forward:
-                dep = (True, c - 1, j) if c > 0 else None
-            else:
-                dep = (False, c + 1, j) if c < num - 1 else (True, c, j)
-            if dep is not None:
-                pred2[i] = index[dep]
-            prev = i
+    f = is_fwd & (chunk > 0)
+    pred2[f] = where[1, chunk[f] - 1, micro[f]]
+    b = ~is_fwd & (chunk < num - 1)
+    pred2[b] = where[0, chunk[b] + 1, micro[b]]
+    b = ~is_fwd & (chunk == num - 1)
+    pred2[b] = where[1, chunk[b], micro[b]]
+    kind = numpy.where(is_fwd, chunk, num + chunk)
+    # Kahn's waves: the depth of an op is one more than its deeper predecessor.
+    succ1 = numpy.append(numpy.where(ids % per_stage == per_stage - 1, total, ids + 1), total)
+    succ2 = numpy.full(total + 1, total)
+    has2 = pred2 < total
+    succ2[pred2[has2]] = ids[has2]
+    waiting = numpy.append((pred1 < total).astype(numpy.int64) + has2, -1)
     depth = numpy.zeros(total + 1, dtype=numpy.int64)
-    done = numpy.zeros(total + 1, dtype=bool)
-    done[total] = True
-    while not done[:total].all():
-        ready = ~done[:total] & done[pred1] & done[pred2]
-        idx = numpy.nonzero(ready)[0]
-        depth[idx] = numpy.maximum(depth[pred1[idx]], depth[pred2[idx]]) + 1
-        done[idx] = True
-    last = numpy.array(
-        [index[order[-1][0], order[-1][1] * pp + s, order[-1][2]] for s, order in enumerate(orders)]
-    )
+    wave = numpy.nonzero(waiting[:total] == 0)[0]
+    placed, level = 0, 0
+    while wave.size:
+        depth[wave] = level
+        placed += wave.size
+        level += 1
+        nxt = numpy.concatenate((succ1[wave], succ2[wave]))
+        nxt = nxt[nxt < total]
+        numpy.subtract.at(waiting, nxt, 1)
+        wave = numpy.unique(nxt[waiting[nxt] == 0])
+    if placed != total:
+        raise RuntimeError("schedule deadlocked: an op waits on one that never runs")
+    last = ids[per_stage - 1 :: per_stage]
     # Renumber in level order (stable within a level).
     order_of = numpy.argsort(depth[:total], kind="stable")
     new_of = numpy.empty(total + 1, dtype=numpy.int64)
@@ -116,7 +121,7 @@ def schedule_graph(
     new_of[total] = total
     pred1, pred2 = new_of[pred1[order_of]], new_of[pred2[order_of]]
     kind, last = kind[order_of], new_of[last]
-    bounds = numpy.searchsorted(depth[:total][order_of], numpy.arange(1, depth.max() + 2))
+    bounds = numpy.searchsorted(depth[:total][order_of], numpy.arange(level + 1))
     steps = tuple(
         (int(a), int(b), numpy.concatenate([pred1[a:b], pred2[a:b]]), kind[a:b])
         for a, b in itertools.pairwise(bounds)
