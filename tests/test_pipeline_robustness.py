@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from benchmark_family import family
 
 from autotune.pipeline.assignment import even_layer_split
@@ -79,3 +80,22 @@ def test_cap_below_every_plan_is_proven_infeasible():
     result = balance(p, QUICK)
     assert result.plan is None and result.solver.status == "infeasible"
     assert result.infeasible.shortfall_bytes > 0
+
+
+def test_the_search_budget_shrinks_under_60_s_and_stays_above(monkeypatch):
+    # A short limit gets a search that fits in it; a long one keeps the
+    # whole budget (its extra time goes to the MILP).
+    import autotune.pipeline.perturb as perturb
+
+    seen = []
+    real = perturb.iterated_chains
+
+    def spy(problem, starts, **kwargs):
+        seen.append((kwargs["work_budget_s"], kwargs["far_budget_s"]))
+        return real(problem, starts, **kwargs)
+
+    monkeypatch.setattr(perturb, "iterated_chains", spy)
+    for limit_s in (4.0, 120.0):
+        balance(small(1.0), SolverSettings(time_limit_s=limit_s))
+    whole = (perturb.WORK_BUDGET_S, perturb.FAR_BUDGET_S)
+    assert seen == [pytest.approx((whole[0] * 4 / 60, whole[1] * 4 / 60)), pytest.approx(whole)]

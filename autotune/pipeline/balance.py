@@ -49,11 +49,17 @@ IMPROVE_ABOVE_BOUND = 0.02
 # solve finishes; on that family it does not within the limit, so the
 # moves are given most of it.
 MOVES_SHARE = 0.75
+# The limit (s) from which the rounds get their whole work budgets (as set
+# in perturb.py); a shorter limit gets them in proportion, so its search
+# fits in it (the same plan on every run, not one the clock cut). A longer
+# limit keeps them: its extra time goes to the MILP, and on a busy machine
+# it leaves the whole search room to finish (docs/pipeline.md).
+BUDGET_LIMIT_S = 60.0
 # The warning of a plan a wall-clock stop cut (SolverReport.repeatable).
 CLOCK_CUT_WARNING = (
     "the time limit stopped the plan search before its budget (a slow or busy machine), "
-    "so another run may give another plan; a larger --time-limit gives the same plan "
-    "on every run"
+    "so another run may give another plan; a --time-limit above 60 s or a less busy "
+    "machine lets it finish and gives the same plan on every run"
 )
 # Seconds past the time limit the final polish may take (see balance()).
 POLISH_GRACE_S = 1.0
@@ -154,9 +160,11 @@ def _improve(
     deadline_s: float | None,
     rounds: int,
     enough_s: float = 0.0,
+    budget_scale: float = 1.0,
 ) -> Assignment:
     """One-layer moves from each of `starts`, then chains of rounds of kicks
-    and moves (perturb.iterated_chains, at most `rounds` per chain), the
+    and moves (perturb.iterated_chains, at most `rounds` per chain, their
+    work budgets times `budget_scale`), the
     first from the best climbed start and the next from the others (both
     until `deadline_s`; no new chain once a plan is within `enough_s`),
     then (CBC only) the MILP with the layer counts fixed. Each start is
@@ -166,7 +174,7 @@ def _improve(
     split's (598.99 ms) to 520.95 ms."""
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.layer_search import better, improve_layers
-    from autotune.pipeline.perturb import iterated_chains
+    from autotune.pipeline.perturb import FAR_BUDGET_S, WORK_BUDGET_S, iterated_chains
 
     climbed = []
     for start in starts:
@@ -178,7 +186,13 @@ def _improve(
     found = climbed[0]  # the best start's climb, if the deadline cuts the chains
     with TimeBox():
         found = iterated_chains(
-            problem, climbed, rounds=rounds, deadline_s=deadline_s, enough_s=enough_s
+            problem,
+            climbed,
+            rounds=rounds,
+            deadline_s=deadline_s,
+            work_budget_s=WORK_BUDGET_S * budget_scale,
+            enough_s=enough_s,
+            far_budget_s=FAR_BUDGET_S * budget_scale,
         )
     if solver == "highs":
         return found
@@ -333,6 +347,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
                 t0 + limit_s * MOVES_SHARE,
                 settings.search_rounds,
                 lower_bound * (1 + gap_rel),
+                min(1.0, limit_s / BUDGET_LIMIT_S),
             )
         )
     # Whether a wall-clock stop cut a step this plan comes from (not the
