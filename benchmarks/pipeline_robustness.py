@@ -9,8 +9,10 @@ layer counts that fit with every layer on its most memory-saving option
 
 Per instance it prints: time to the first plan, the final step time, the gap
 the solver reports (plan against its proven lower bound), the step against
-the best plan known for the instance, and whether repeated runs returned the
-same plan.
+the best plan known for the instance, whether repeated runs returned the
+same plan, and whether every run's search ran to its budget (`repeatable`:
+no wall-clock stop cut it, so the plan does not depend on the machine's
+load).
 
 "Best known" is the fastest fitting plan among (letters in the `best from`
 column):
@@ -195,7 +197,7 @@ def main() -> None:
     print(
         f"{'mix':>14} {'v':>2} {'m':>3} {'cap':>5} {'GiB':>7} {'first s':>8} {'total s':>8} "
         f"{'step ms':>9} {'solver gap':>10} {'best ms':>9} {'from':>5} {'vs best':>8} "
-        f"{'bound gap':>9} {'same plan':>9}"
+        f"{'bound gap':>9} {'same plan':>9} {'repeatable':>10}"
     )
     worst = 0.0
     for mix, chunks, micro in _shapes(args):
@@ -239,6 +241,8 @@ def main() -> None:
                 else "-"
             )
             same = len({x.plan.assignment if x.plan else None for x, _ in runs}) == 1
+            # every run's search ran to its budget (no wall-clock cut)
+            repeatable = all(x.solver.repeatable for x, _ in runs)
             first = max((x.solver.first_plan_s or float("inf")) for x, _ in runs)
             step = "-" if r.plan is None else f"{r.plan.step_time_s * 1e3:.2f}"
             gap = "-" if r.solver.gap is None else f"{r.solver.gap * 100:.2f}%"
@@ -250,7 +254,8 @@ def main() -> None:
                 f"{mix:>14} {chunks:>2} {micro:>3} {factor:>5.2f} "
                 f"{p.memory_cap_bytes / GIB:>7.2f} {first:>8.2f} {total:>8.2f} "
                 f"{step:>9} {gap:>10} {best * 1e3 if best else float('nan'):>9.2f} {source:>5} "
-                f"{vs:>8} {bgap:>9} {'yes' if same else 'NO':>9}",
+                f"{vs:>8} {bgap:>9} {'yes' if same else 'NO':>9} "
+                f"{'yes' if repeatable else 'NO':>10}",
                 flush=True,
             )
     print(f"worst step against the best known: {worst * 100:.2f}% (target <= 1%)")
