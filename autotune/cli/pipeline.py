@@ -50,7 +50,13 @@ def _positive(value: float | None, flag: str) -> None:
     help="Memory cap per stage in MB as MindSpore prints them (MiB, 2^20 bytes; seed -mem).",
 )
 @click.option(
-    "--time-limit", "time_limit", type=float, default=None, metavar="S", help="Search limit, s."
+    "--time-limit",
+    "time_limit",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Search limit, s (the file's, else 60); under 60 s the plan search's budget "
+    "shrinks in proportion, so it fits.",
 )
 @click.option(
     "--manual",
