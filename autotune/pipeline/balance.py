@@ -58,8 +58,8 @@ BUDGET_LIMIT_S = 60.0
 # The warning of a plan a wall-clock stop cut (SolverReport.repeatable).
 CLOCK_CUT_WARNING = (
     "the time limit stopped the plan search before its budget (a slow or busy machine), "
-    "so another run may give another plan; a --time-limit above 60 s or a less busy "
-    "machine lets it finish and gives the same plan on every run"
+    f"so another run may give another plan; a --time-limit above {BUDGET_LIMIT_S:g} s or a "
+    "less busy machine lets it finish and gives the same plan on every run"
 )
 # Seconds past the time limit the final polish may take (see balance()).
 POLISH_GRACE_S = 1.0
