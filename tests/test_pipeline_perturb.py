@@ -169,6 +169,27 @@ def test_every_start_is_climbed_not_only_the_best():
     assert min(climbed) < max(climbed)
 
 
+def test_a_cut_chain_falls_back_to_the_best_climbed_start(monkeypatch):
+    # When the deadline cuts the chains, the plan is the fastest climbed
+    # start, not the climb of the start listed first: the LP-rounded start
+    # comes first here and climbs to the slower plan.
+    from autotune.pipeline import perturb
+    from autotune.pipeline.deadline import OutOfTime
+
+    def cut(*args, **kwargs):
+        raise OutOfTime
+
+    p = _member("dense-moe-mtp", 2, 16, 1.02)
+    quick = _quick_start(p)
+    paths = [_path_of(simulate(p, a)) for _, a in baselines(p)]
+    lp, _ = _heuristic_start(p, paths, "highs", 30.0, 1e-4, False)
+    climbed = {s: simulate(p, improve_layers(p, s)).makespan_s for s in (lp, quick)}
+    assert climbed[lp] > climbed[quick]
+    monkeypatch.setattr(perturb, "iterated_chains", cut)
+    out = _improve(p, [lp, quick], paths, "highs", 30.0, 1e-4, False, None, 8)
+    assert simulate(p, out).makespan_s == climbed[quick]
+
+
 def test_far_moves_keep_every_other_count_and_include_the_stage_moves():
     p = _member("two-sizes", 2, 8, 1.0, stages=4)
     layers = even_layer_split(p)
