@@ -23,6 +23,7 @@ from autotune.pipeline.perturb import (
     critical_weights_s,
     iterated_chains,
     iterated_search,
+    kick,
 )
 from autotune.pipeline.search import local_search, work_done_s
 from autotune.pipeline.simulator import simulate
@@ -188,6 +189,36 @@ def test_a_cut_chain_falls_back_to_the_best_climbed_start(monkeypatch):
     monkeypatch.setattr(perturb, "iterated_chains", cut)
     out = _improve(p, [lp, quick], paths, "highs", 30.0, 1e-4, False, None, 8)
     assert simulate(p, out).makespan_s == climbed[quick]
+
+
+def test_plateau_moves_walk_off_a_plateau_of_equal_steps():
+    # dense-moe-mtp, 8 stages x 2 chunks, 8 micro-batches, cap 5% above the
+    # tightest: from the even split's plan the climb on the step alone stops
+    # at 481.69 ms, where no single move shortens the step; taking the moves
+    # that keep it and lower the sum of the stages' finishes reaches 452.36.
+    p = _member("dense-moe-mtp", 2, 8, 1.05, stages=8)
+    start = _quick_start(p)
+    plain = improve_layers(p, start, plateau=False)
+    walked = improve_layers(p, start)
+    assert simulate(p, plain).makespan_s * 1e3 == pytest.approx(481.69, abs=0.01)
+    assert simulate(p, walked).makespan_s * 1e3 == pytest.approx(452.36, abs=0.01)
+    assert _fits(p, walked)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_climb_with_plateau_moves_is_never_slower_than_its_start(seed):
+    p = _member("two-sizes", 3, 8, 1.05, stages=8)
+    rng = random.Random(seed)
+    a = _quick_start(p)
+    layers = kick(p, a, rng)
+    if layers is None:
+        return
+    start = local_search(p, layers)
+    if start is None:
+        return
+    out = improve_layers(p, start, max_moves=40)
+    assert simulate(p, out).makespan_s <= simulate(p, start).makespan_s * (1 + 1e-6)
+    assert _fits(p, out)
 
 
 def test_far_moves_keep_every_other_count_and_include_the_stage_moves():

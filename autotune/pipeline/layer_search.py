@@ -41,12 +41,17 @@ from autotune.pipeline.search import (
     makespans_s,
     plan_step_s,
     schedule_graph,
+    steps_and_finishes_s,
     work_done_s,
 )
 
 MAX_REPAIR_MOVES = 2000
 MAX_LAYER_MOVES = 300
 REL_TIE = 1e-9
+# A plateau move (improve_layers) must lower the sum of the stages'
+# finishes by more than this fraction: above the longest path's rounding,
+# small enough to take any real shortening of a late stage.
+PLATEAU_REL = 1e-6
 
 
 def tie_key(problem: Problem, a: Assignment) -> tuple:
@@ -256,14 +261,15 @@ class _Evaluator:
                 d[num + c] += r[k]
         return d
 
-    def reoptimise(self, layers, cands, choice, stages) -> tuple[list[int], float]:
+    def reoptimise(self, layers, cands, choice, stages) -> tuple[list[int], float, float]:
         """Each stage in `stages` takes its best candidate (others held),
-        twice over; returns the choice and its step time."""
+        twice over; returns the choice, its step time and its sum of stage
+        finishes (search.steps_and_finishes_s)."""
         num, pp = self.p.num_virtual, self.p.num_stages
         choice = list(choice)
         base = self.durations(layers, cands, choice)
         stages = list(stages)
-        step = None
+        step = finishes = None
         # A second pass can only change something when the first did and
         # another stage moved since (the candidates' row of the current
         # choice equals `base`, so its step is the current step).
@@ -276,22 +282,23 @@ class _Evaluator:
                 trial = numpy.repeat(base[None, :], len(r), axis=0)
                 for k, c in enumerate(range(s, num, pp)):
                     trial[:, num + c] += r[:, k] - r[choice[s], k]
-                steps = makespans_s(self.graph, trial)
+                steps, sums = steps_and_finishes_s(self.graph, trial)
                 best = int(numpy.argmin(steps + 1e-12 * r.sum(axis=1)))
-                step = float(steps[choice[s]])
+                step, finishes = float(steps[choice[s]]), float(sums[choice[s]])
                 if steps[best] < steps[choice[s]] * (1 - REL_TIE) or (
                     steps[best] <= steps[choice[s]] * (1 + REL_TIE)
                     and r[best].sum() < r[choice[s]].sum()
                 ):
                     choice[s] = best
                     base = trial[best]
-                    step = float(steps[best])
+                    step, finishes = float(steps[best]), float(sums[best])
                     changed = True
             if not changed:
                 break
         if step is None:
-            step = float(makespans_s(self.graph, base[None, :])[0])
-        return choice, step
+            steps, sums = steps_and_finishes_s(self.graph, base[None, :])
+            step, finishes = float(steps[0]), float(sums[0])
+        return choice, step, finishes
 
     def plan(self, cands, choice) -> Assignment:
         pp, num = self.p.num_stages, self.p.num_virtual
@@ -327,6 +334,7 @@ def improve_layers(
     focus: Iterable[int] | None = None,
     far: bool = False,
     work_end_s: float | None = None,
+    plateau: bool = True,
 ) -> Assignment:
     """Hill-climb over one-layer moves from `start` (which fits): across a
     chunk boundary and to the same stage's other chunks (`_stage_moves`),
@@ -341,7 +349,17 @@ def improve_layers(
     same stage's other chunks); the climb ends when no chunk is left to
     try. After a kick that changed a few chunks, this checks the moves the
     kick can have made worth trying, not all of them again (a full check
-    costs about 3 moves per chunk; perturb.py)."""
+    costs about 3 moves per chunk; perturb.py).
+
+    `plateau`: when none of a chunk's moves shortens the step, the first
+    that keeps it (within REL_TIE) and lowers the sum of the stages'
+    finishes (search.steps_and_finishes_s, by more than PLATEAU_REL) is
+    kept. The step is a maximum over stages: where several stages are
+    equally late, moving a layer off one of them leaves the step as it is,
+    so a climb on the step alone stops there; the second measure lets it
+    take the moves that shorten the late stages one at a time
+    (docs/pipeline.md, "Plateau moves"). It strictly falls at each such
+    move, so the climb cannot cycle."""
     ev = _Evaluator(problem)
     pp, num = problem.num_stages, problem.num_virtual
     layers = [[start.group_layers(c, g) for g in range(len(problem.groups))] for c in range(num)]
@@ -349,7 +367,7 @@ def improve_layers(
     if found is None:
         return start
     cands, choice = found
-    choice, step = ev.reoptimise(layers, cands, choice, range(pp))
+    choice, step, finishes = ev.reoptimise(layers, cands, choice, range(pp))
     best = ev.plan(cands, choice)
     best_step = step
     start_step = plan_step_s(problem, start)
@@ -357,6 +375,9 @@ def improve_layers(
         best, best_step = start, start_step
         found = _choice_of(ev, layers, start)
         cands, choice = found
+        finishes = float(
+            steps_and_finishes_s(ev.graph, ev.durations(layers, cands, choice)[None, :])[1][0]
+        )
     # Chunks are visited cyclically from where the last kept move was made,
     # and the climb ends after a full cycle without a kept move (or the
     # budget): no evaluation is spent re-checking moves that just failed.
@@ -376,7 +397,8 @@ def improve_layers(
             break
         if queue is not None:
             c = queue.popleft()
-        kept = False
+        kept = None
+        level = None  # the first move that keeps the step and lowers the finishes
         for target, new in itertools.chain(_moves(problem, layers, c), others(problem, layers, c)):
             # A far pass over one chunk is up to 2 moves per chunk, so its
             # budget is checked per move (a boundary pass, at most 4 moves,
@@ -391,21 +413,30 @@ def improve_layers(
             if any(new_cands[s] is None for s in stages):
                 continue
             new_choice = [0 if s in stages else choice[s] for s in range(pp)]
-            new_choice, step = ev.reoptimise(new, new_cands, new_choice, stages)
+            new_choice, step, sums = ev.reoptimise(new, new_cands, new_choice, stages)
+            move = (target, new, new_cands, new_choice, step, sums)
             if step < best_step * (1 - REL_TIE):
-                plan = ev.plan(new_cands, new_choice)
-                layers, cands, choice = new, new_cands, new_choice
-                # The longest path just computed is the simulator's step
-                # (same rules, vectorised): no replay needed per kept move.
-                best, best_step = plan, step
-                kept = True
-                if queue is not None:
-                    for x in chunks_around(problem, (c, target)):
-                        if x not in queue:
-                            queue.append(x)
+                kept = move
                 break
-        since_kept = 0 if kept else since_kept + 1
-        if not kept:
+            if (
+                plateau
+                and level is None
+                and step <= best_step * (1 + REL_TIE)
+                and sums < finishes * (1 - PLATEAU_REL)
+            ):
+                level = move
+        kept = kept or level
+        if kept is not None:
+            target, layers, cands, choice, best_step, finishes = kept
+            # The longest path just computed is the simulator's step
+            # (same rules, vectorised): no replay needed per kept move.
+            best = ev.plan(cands, choice)
+            if queue is not None:
+                for x in chunks_around(problem, (c, target)):
+                    if x not in queue:
+                        queue.append(x)
+        since_kept = 0 if kept is not None else since_kept + 1
+        if kept is None:
             c = (c + 1) % num
     return best
 

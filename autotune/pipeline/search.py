@@ -189,6 +189,17 @@ def makespans_s(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     return _end_times(graph, durations_s)[graph.last_ops].max(axis=0)
 
 
+def steps_and_finishes_s(
+    graph: Graph, durations_s: numpy.ndarray
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """For each row of `durations_s` (as makespans_s), from one longest-path
+    pass: the step (the latest stage's finish) and the sum over stages of
+    each stage's finish, seconds. The sum is layer_search's second measure
+    on a plateau of equal steps."""
+    finish = _end_times(graph, durations_s)[graph.last_ops]
+    return finish.max(axis=0), finish.sum(axis=0)
+
+
 def plan_step_s(problem: Problem, a: Assignment) -> float:
     """The simulated step time of `a` (simulator.py's makespan, seconds) as
     the schedule graph's longest path over its chunk times F_c, B_c
