@@ -140,6 +140,35 @@ def test_vectorised_makespan_equals_simulator(pp, v, data):
 
 
 @settings(max_examples=30, deadline=None)
+@given(
+    pp=st.sampled_from([1, 2, 4]),
+    v=st.sampled_from([1, 2, 3]),
+    columns=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_loops_and_array_pass_give_the_same_floats_and_count_the_same_work(pp, v, columns, seed):
+    # Few columns take one plain loop per column (search.LOOP_COLUMNS); the
+    # floats must be those of the array pass, and so must the work counted,
+    # or the search budgets would end elsewhere.
+    import autotune.pipeline.search as search
+
+    graph = schedule_graph(pp, v, 2 * pp, v > 1)
+    durations_s = numpy.random.default_rng(seed).uniform(1e-4, 1e-2, (columns, 2 * pp * v))
+    w0 = search.work_done_s()
+    chosen = search._end_times(graph, durations_s)
+    w1 = search.work_done_s()
+    saved = search.LOOP_COLUMNS
+    search.LOOP_COLUMNS = 0
+    try:
+        array = search._end_times(graph, durations_s)
+    finally:
+        search.LOOP_COLUMNS = saved
+    w2 = search.work_done_s()
+    assert numpy.array_equal(chosen, array)
+    assert w1 - w0 == pytest.approx(w2 - w1, rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
 @given(pp=st.sampled_from([1, 2, 3, 4]), v=st.sampled_from([1, 2, 3]), data=st.data())
 def test_plan_step_equals_simulator(pp, v, data):
     p = make(pp, v, (dense(pp * v + 4), moe(2)), 100.0)
