@@ -342,7 +342,8 @@ def improve_layers(
     are evaluated, none once the longest-path work (search.work_done_s)
     reaches `work_end_s`, and none after `deadline_s` (time.perf_counter();
     the wall-clock limit, which only a run that hits it makes
-    load-dependent); never worse than `start`.
+    load-dependent); never worse than `start` (each plateau move may lengthen
+    the step by the tie tolerance, REL_TIE, at most).
 
     `focus` (chunks): only moves out of these chunks are tried, and a kept
     move adds the chunks around its source and target (neighbours and the
