@@ -173,9 +173,13 @@ def _improve(
     cap, the LP-rounded start (594.92 ms) climbs to 546.48 ms and the even
     split's (598.99 ms) to 520.95 ms."""
     from autotune.pipeline.ilp import solve
-    from autotune.pipeline.layer_search import better, improve_layers, tie_key
-    from autotune.pipeline.perturb import FAR_BUDGET_S, WORK_BUDGET_S, iterated_chains
-    from autotune.pipeline.search import plan_step_s
+    from autotune.pipeline.layer_search import better, improve_layers
+    from autotune.pipeline.perturb import (
+        FAR_BUDGET_S,
+        WORK_BUDGET_S,
+        fastest_first,
+        iterated_chains,
+    )
 
     climbed = []
     for start in starts:
@@ -185,7 +189,7 @@ def _improve(
         if plan not in climbed:
             climbed.append(plan)
     # The best climbed start, if the deadline cuts the chains.
-    found = min(climbed, key=lambda a: (plan_step_s(problem, a), tie_key(problem, a)))
+    found = fastest_first(problem, climbed)[0][0]
     with TimeBox():
         found = iterated_chains(
             problem,

@@ -175,6 +175,13 @@ def iterated_search(
     return best
 
 
+def fastest_first(problem: Problem, plans: list[Assignment]) -> list[tuple[Assignment, float]]:
+    """`plans` without repeats, each with its step (plan_step_s, seconds),
+    fastest first; equal steps by the tie-break rule (tie_key)."""
+    steps = {a: plan_step_s(problem, a) for a in plans}
+    return sorted(steps.items(), key=lambda item: (item[1], tie_key(problem, item[0])))
+
+
 def iterated_chains(
     problem: Problem,
     starts: list[Assignment],
@@ -199,9 +206,9 @@ def iterated_chains(
     seed finds what the first could not. The far climb reaches layouts the
     rounds' moves (neighbouring chunks, the same stage's chunks) reach only
     through worse ones; it is too dear for every round (docs/pipeline.md)."""
-    steps = {a: plan_step_s(problem, a) for a in starts}
-    starts = sorted(steps, key=lambda a: (steps[a], tie_key(problem, a)))
-    best, best_step = starts[0], steps[starts[0]]
+    ranked = fastest_first(problem, starts)
+    starts = [a for a, _ in ranked]
+    best, best_step = ranked[0]
     if rounds == 0:
         return best
     rounds_left_s, far_left_s = work_budget_s, far_budget_s
