@@ -4,13 +4,16 @@ start, and the balancer climbs every start, not only the best one."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
 
 import pytest
 from benchmark_family import family
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from autotune.pipeline.assignment import even_layer_split, layers_in_order
+from autotune.pipeline.assignment import even_layer_split, layers_in_order, uniform_assignment
 from autotune.pipeline.balance import _heuristic_start, _improve, _path_of, _quick_start, baselines
 from autotune.pipeline.layer_search import (
     _far_moves,
@@ -19,13 +22,16 @@ from autotune.pipeline.layer_search import (
     improve_layers,
 )
 from autotune.pipeline.perturb import (
+    _best_even_cut,
     aimed_kick,
     critical_weights_s,
+    even_cuts,
+    even_split,
     iterated_chains,
     iterated_search,
     kick,
 )
-from autotune.pipeline.search import local_search, work_done_s
+from autotune.pipeline.search import local_search, plan_step_s, work_done_s
 from autotune.pipeline.simulator import simulate
 
 GIB = float(2**30)
@@ -277,3 +283,92 @@ def test_a_far_climb_stops_on_its_work_budget():
     assert cut == improve_layers(
         p, start, max_moves=10**6, far=True, work_end_s=work_done_s() + 0.05
     )
+
+
+@pytest.mark.parametrize(
+    ("times_s", "parts", "low", "counts"),
+    [
+        # 29 equal layers in 14 parts: thirteen of 2 and one of 3, the
+        # longer part last (ties keep the shorter earlier part).
+        ([1.0] * 29, 14, 1, [2] * 13 + [3]),
+        # longest part 4 s three ways (3|2|4, 3|4|2, 2|3|4 s), squares equal
+        # (29): the shorter earlier part wins.
+        ([1.0, 1.0, 1.0, 2.0, 2.0, 2.0], 3, 1, [2, 2, 2]),
+        ([3.0, 1.0, 1.0, 1.0], 2, 1, [1, 3]),
+        # 4|4|2 s and 4|2|4 s tie on the longest part and on the squares
+        # (36): the shorter earlier part; 5|4|1 s loses on the longest.
+        ([4.0, 2.0, 2.0, 1.0, 1.0], 3, 1, [1, 1, 3]),
+        # 3|3|3 s beats 3|2|4 s (longest) and 2|4|3 s
+        ([1.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0], 3, 1, [2, 2, 3]),
+        ([1.0] * 3, 4, 0, [0, 1, 1, 1]),
+        ([1.0] * 4, 3, 2, None),
+        ([1.0] * 2, 0, 1, None),
+    ],
+)
+def test_even_split_by_hand(times_s, parts, low, counts):
+    assert even_split(times_s, parts, low) == counts
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    times_s=st.lists(st.integers(1, 5).map(float), min_size=1, max_size=8),
+    parts=st.integers(1, 4),
+    low=st.integers(0, 2),
+)
+def test_even_split_is_the_least_longest_then_most_even_cut(times_s, parts, low):
+    def cost(counts):
+        ends = list(itertools.accumulate(counts))
+        sums = [sum(times_s[e - c : e]) for c, e in zip(counts, ends, strict=True)]
+        return max(sums), sum(s * s for s in sums)
+
+    every = [
+        list(c)
+        for c in itertools.product(range(len(times_s) + 1), repeat=parts)
+        if sum(c) == len(times_s) and min(c) >= low
+    ]
+    got = even_split(times_s, parts, low)
+    if not every:
+        assert got is None
+        return
+    assert got in every
+    assert cost(got) == min(cost(c) for c in every)
+
+
+def test_even_cuts_even_out_one_round_and_keep_the_rest():
+    p = _member("uniform", 3, 6, 1.05, stages=6, groups=SMALL_UNIFORM)
+    # 24 layers on 6 stages x 3 chunks (chunk k of stage s is k * 6 + s);
+    # the inner chunks (stages 1-4) of round 1 hold 3 2 1 1.
+    rounds = [[1, 1, 1, 1, 1, 1], [1, 3, 2, 1, 1, 1], [1, 1, 1, 1, 2, 3]]
+    per_chunk = [n for r in rounds for n in r]
+    cuts = even_cuts(p, uniform_assignment(p, layers_in_order(p, per_chunk), 0))
+    # Rounds 0 and 2 are already even cuts (one layer each; 5 layers on 4
+    # chunks, the longer part last), so only round 1 changes, to 1 2 2 2;
+    # every round at once gives the same layout, left out.
+    assert cuts == [[n for r in (rounds[0], [1, 1, 2, 2, 2, 1], rounds[2]) for n in r]]
+    for new in cuts:
+        assert sum(new) == 24
+        assert [new[k * 6] for k in range(3)] == [per_chunk[k * 6] for k in range(3)]
+        assert [new[k * 6 + 5] for k in range(3)] == [per_chunk[k * 6 + 5] for k in range(3)]
+
+
+def test_an_even_cut_leaves_a_round_cut_unevenly():
+    # two-sizes, 3 chunks, 16 micro-batches, cap 2% above the tightest: a
+    # chain's end with the last round's inner chunks holding 3 3 3 2 2 2 1 1
+    # 1 2 2 2 2 2 large layers (535.20 ms; no one-layer move shortens it).
+    # Its best even cut (every round at once), repaired and climbed, is
+    # 515.59 ms.
+    p = _member("two-sizes", 3, 16, 1.02)
+    per_chunk = (
+        [1, 1, 1]
+        + [2] * 12
+        + [1]
+        + [1, 2, 2, 1, 2, 3, 2]
+        + [1] * 9
+        + [1, 3, 3, 3, 2, 2, 2, 1, 1, 1, 2, 2, 2, 2, 2, 1]
+    )
+    a = local_search(p, layers_in_order(p, per_chunk))
+    stuck = improve_layers(p, a)
+    found = _best_even_cut(p, stuck, None)
+    assert plan_step_s(p, stuck) * 1e3 == pytest.approx(535.20, abs=0.01)
+    assert plan_step_s(p, found) * 1e3 == pytest.approx(515.59, abs=0.01)
+    assert _fits(p, found)

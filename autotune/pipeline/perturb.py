@@ -25,6 +25,12 @@ proof", has the measurements):
   chunk. A full check spends most of a round's budget confirming moves far
   from the kick, which rarely changed.
 
+After every EVEN_EVERY rounds in a row without a faster plan, a round
+first tries the even cuts of the best plan (even_cuts: one round of the
+schedule re-cut to even seconds, repaired, its recomputation chosen and
+climbed) and takes the fastest in place of its kick when it is faster: a
+kick moves a few layers, while a round cut unevenly needs many one-layer
+moves to even out, each worse on its own.
 Chains of rounds (iterated_chains) share the budget, and each chain's
 plan is climbed once more with the far moves (layer_search._far_moves).
 
@@ -71,6 +77,9 @@ MAX_CHAINS = 6
 FAR_BUDGET_S = 5.0
 FAR_CLIMB_MOVES = 5000
 SEED = 0  # the first chain's; chain k uses seed k
+# Rounds in a row without a faster plan after which a chain tries the even
+# cuts of its best plan (even_cuts), and again after as many more.
+EVEN_EVERY = 8
 
 
 def _moved(
@@ -136,7 +145,8 @@ def iterated_search(
 ) -> Assignment:
     """The best plan over kick-repair-climb rounds from `start` (which
     fits); never worse than `start`. The rounds stop after `rounds`, after
-    `stall_rounds` in a row that found no faster plan, or when the rounds
+    `stall_rounds` in a row that found no faster plan (every EVEN_EVERY of
+    those, the even cuts of the best plan are tried first), or when the rounds
     have spent `work_budget_s` of longest-path work (search.work_done_s, a
     count that does not depend on the machine or its load), whichever comes
     first; `deadline_s` (time.perf_counter()) is a safety stop, the one case
@@ -153,6 +163,14 @@ def iterated_search(
         if past(deadline_s):
             break
         stalled += 1
+        if stalled % EVEN_EVERY == 0:
+            plan = _best_even_cut(problem, best, deadline_s)
+            step = plan_step_s(problem, plan) if plan is not None else best_step
+            if plan is not None and better(problem, plan, step, best, best_step):
+                if step < best_step * (1 - REL_TIE):
+                    stalled = 0
+                best, best_step, weights = plan, step, None
+                continue
         if weights is None:
             weights = critical_weights_s(problem, best)
         layers = aimed_kick(problem, best, rng, weights)
@@ -173,6 +191,116 @@ def iterated_search(
         if better(problem, plan, step, best, best_step):
             best, best_step, weights = plan, step, None
     return best
+
+
+def even_split(times_s: list[float], parts: int, low: int) -> list[int] | None:
+    """Counts of `parts` contiguous parts of a sequence of layer seconds,
+    each of at least `low` layers: the least longest part (seconds), then
+    the least sum of squared part seconds (the most even of those); None if
+    the layers are too few. Exact, by dynamic programming over (parts,
+    first layer): O(parts * n^2) for n layers. Ties within REL_TIE keep the
+    shorter earlier part, so the result is the same on every machine."""
+    n = len(times_s)
+    prefix_s = [0.0]
+    for t in times_s:
+        prefix_s.append(prefix_s[-1] + t)
+
+    def less(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        if a[0] < b[0] * (1 - REL_TIE):
+            return True
+        return a[0] <= b[0] * (1 + REL_TIE) and a[1] < b[1] * (1 - REL_TIE)
+
+    # cost[i]: (longest, squares) of times_s[i:] in k parts; cut[k][i]: end
+    # of the first of them.
+    cost: list[tuple[float, float] | None] = [None] * (n + 1)
+    for i in range(n + 1):
+        if n - i >= low:
+            rest_s = prefix_s[n] - prefix_s[i]
+            cost[i] = (rest_s, rest_s * rest_s)
+    cuts: list[list[int]] = [[n] * (n + 1)]
+    for _parts in range(2, parts + 1):
+        new: list[tuple[float, float] | None] = [None] * (n + 1)
+        cut = [n] * (n + 1)
+        for i in range(n + 1):
+            for j in range(i + low, n + 1):
+                sub = cost[j]
+                if sub is None:
+                    break  # later starts leave even fewer layers
+                part_s = prefix_s[j] - prefix_s[i]
+                key = (max(part_s, sub[0]), part_s * part_s + sub[1])
+                if new[i] is None or less(key, new[i]):
+                    new[i], cut[i] = key, j
+        cost = new
+        cuts.append(cut)
+    if parts < 1 or cost[0] is None:
+        return None
+    counts, i = [], 0
+    for k in range(parts, 0, -1):
+        j = cuts[k - 1][i]
+        counts.append(j - i)
+        i = j
+    return counts
+
+
+def even_cuts(problem: Problem, a: Assignment) -> list[list[int]]:
+    """Layers per chunk of `a` with the inner chunks of one round of the
+    schedule (chunk k of every stage but the first and the last) re-cut to
+    even seconds (even_split of their layers' forward plus backward
+    seconds), for each round in turn and then for every round at once;
+    layouts equal to `a`'s or to an earlier one are left out. The first and
+    last stages keep theirs: they hold the head and the tail, and the first
+    holds the most micro-batches alive.
+
+    Why: a chain can end with a round cut unevenly (two-sizes, 3 chunks, 16
+    micro-batches, cap 2% above the tightest: the last round's inner chunks
+    hold 3 3 3 2 2 2 1 1 1 2 2 2 2 2 large layers, 535.20 ms). Evening them
+    out is many one-layer moves, each of which is worse on its own; that
+    round's even cut, repaired and climbed, is 516.19 ms, every round's at
+    once 515.59 ms, and the chain goes on from there (docs/pipeline.md,
+    "Even cuts")."""
+    pp, rounds = problem.num_stages, problem.num_chunks
+    if pp < 3:
+        return []
+    times_s = [g.forward_s + g.backward_s for g in problem.groups for _ in range(g.count)]
+    per_chunk = [a.layers_in_chunk(c) for c in range(problem.num_virtual)]
+    out: list[list[int]] = []
+    for chosen in [[k] for k in range(rounds)] + [list(range(rounds))]:
+        new = list(per_chunk)
+        for k in chosen:
+            lo, hi = k * pp + 1, (k + 1) * pp - 1
+            first = sum(new[:lo])
+            count = sum(new[lo:hi])
+            split = even_split(
+                times_s[first : first + count], hi - lo, problem.min_layers_per_chunk
+            )
+            if split is not None:
+                new[lo:hi] = split
+        if new != per_chunk and new not in out:
+            out.append(new)
+    return out
+
+
+def _best_even_cut(problem: Problem, a: Assignment, deadline_s: float | None) -> Assignment | None:
+    """The fastest of `a`'s even cuts (even_cuts), each repaired to fit,
+    its recomputation chosen and climbed as a kick's plan is; None if none
+    fits."""
+    plans = []
+    for per_chunk in even_cuts(problem, a):
+        layers = repair(problem, layers_in_order(problem, per_chunk))
+        plan = local_search(problem, layers) if layers is not None else None
+        if plan is None:
+            continue
+        changed = [c for c in range(problem.num_virtual) if sum(layers[c]) != a.layers_in_chunk(c)]
+        plans.append(
+            improve_layers(
+                problem,
+                plan,
+                max_moves=CLIMB_MOVES,
+                deadline_s=deadline_s,
+                focus=chunks_around(problem, changed),
+            )
+        )
+    return fastest_first(problem, plans)[0][0] if plans else None
 
 
 def fastest_first(problem: Problem, plans: list[Assignment]) -> list[tuple[Assignment, float]]:
