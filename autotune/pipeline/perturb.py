@@ -210,8 +210,8 @@ def even_split(times_s: list[float], parts: int, low: int) -> list[int] | None:
             return True
         return a[0] <= b[0] * (1 + REL_TIE) and a[1] < b[1] * (1 - REL_TIE)
 
-    # cost[i]: (longest, squares) of times_s[i:] in k parts; cut[k][i]: end
-    # of the first of them.
+    # cost[i]: (longest, squares) of times_s[i:] in k parts (None: too
+    # few layers); cuts[k - 1][i]: where the first of those parts ends.
     cost: list[tuple[float, float] | None] = [None] * (n + 1)
     for i in range(n + 1):
         if n - i >= low:
@@ -227,6 +227,8 @@ def even_split(times_s: list[float], parts: int, low: int) -> list[int] | None:
                 if sub is None:
                     break  # later starts leave even fewer layers
                 part_s = prefix_s[j] - prefix_s[i]
+                if new[i] is not None and part_s > new[i][0] * (1 + REL_TIE):
+                    break  # a longer first part only makes the longest longer
                 key = (max(part_s, sub[0]), part_s * part_s + sub[1])
                 if new[i] is None or less(key, new[i]):
                     new[i], cut[i] = key, j
