@@ -372,3 +372,39 @@ def test_an_even_cut_leaves_a_round_cut_unevenly():
     assert plan_step_s(p, stuck) * 1e3 == pytest.approx(535.20, abs=0.01)
     assert plan_step_s(p, found) * 1e3 == pytest.approx(515.59, abs=0.01)
     assert _fits(p, found)
+
+
+def test_rounds_try_the_even_cuts_after_every_eight_without_a_faster_plan(monkeypatch):
+    import autotune.pipeline.perturb as perturb
+
+    p = _member("dense-moe-mtp", 2, 8, 1.02, stages=4)
+    a = _quick_start(p)
+    # No round finds a faster plan: every step is the same, none is better.
+    monkeypatch.setattr(perturb, "plan_step_s", lambda problem, plan: 1.0)
+    monkeypatch.setattr(perturb, "better", lambda *args: False)
+    tried = []
+    monkeypatch.setattr(
+        perturb, "_best_even_cut", lambda problem, best, deadline_s: tried.append(best)
+    )
+    assert iterated_search(p, a, rounds=3 * perturb.EVEN_EVERY + 3, stall_rounds=10**6) == a
+    assert tried == [a, a, a]  # after rounds 8, 16 and 24
+    # An even cut that is faster replaces the round's kick and restarts the
+    # count of rounds without a faster plan.
+    # (By identity: a kick may climb to an equal plan, which is slower here.)
+    faster = improve_layers(p, a)
+
+    def step_of(problem, plan):
+        return 1.0 if plan is faster else 2.0 if plan is a else 3.0
+
+    monkeypatch.setattr(perturb, "plan_step_s", step_of)
+    monkeypatch.setattr(perturb, "better", lambda problem, x, sx, y, sy: sx < sy)
+    tried.clear()
+
+    def cut(problem, best, deadline_s):
+        tried.append(best)
+        return faster
+
+    monkeypatch.setattr(perturb, "_best_even_cut", cut)
+    assert iterated_search(p, a, rounds=3 * perturb.EVEN_EVERY, stall_rounds=10**6) == faster
+    # after round 8, then 8 and 16 rounds after the faster cut
+    assert tried == [a, faster, faster]
