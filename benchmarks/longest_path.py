@@ -16,7 +16,7 @@ import time
 import numpy
 
 import autotune.pipeline.search as search
-from autotune.pipeline.search import _end_times, _end_times_one, schedule_graph
+from autotune.pipeline.search import _end_times, end_times_by_column, schedule_graph
 
 
 def _array_pass(graph, durations_s: numpy.ndarray) -> numpy.ndarray:
@@ -27,13 +27,6 @@ def _array_pass(graph, durations_s: numpy.ndarray) -> numpy.ndarray:
         return _end_times(graph, durations_s)
     finally:
         search.LOOP_COLUMNS = saved
-
-
-def _loops(graph, durations_s: numpy.ndarray) -> numpy.ndarray:
-    """One plain loop per column."""
-    return numpy.hstack(
-        [_end_times_one(graph, durations_s[i : i + 1]) for i in range(durations_s.shape[0])]
-    )
 
 
 def _ms_per_pass(fn, graph, durations_s: numpy.ndarray, repeat: int) -> float:
@@ -53,10 +46,11 @@ def main() -> None:
         graph = schedule_graph(16, chunks, micro, True)
         for k in (2, 3, 4, 6, 8):
             durations_s = rng.uniform(1e-3, 3e-3, size=(k, 2 * 16 * chunks))
-            if not numpy.array_equal(_array_pass(graph, durations_s), _loops(graph, durations_s)):
+            loops = end_times_by_column(graph, durations_s)
+            if not numpy.array_equal(_array_pass(graph, durations_s), loops):
                 raise SystemExit("the array pass and the loops disagree")
             array_ms = _ms_per_pass(_array_pass, graph, durations_s, args.repeat)
-            loops_ms = _ms_per_pass(_loops, graph, durations_s, args.repeat)
+            loops_ms = _ms_per_pass(end_times_by_column, graph, durations_s, args.repeat)
             name = f"16x{chunks}x{micro}"
             print(
                 f"{name:>10} {graph.num_ops:>6} {len(graph.steps):>6} {k:>3}"

@@ -134,6 +134,27 @@ def aimed_kick(
     return _moved(problem, a, rng, weights if sum(weights) > 0 else None)
 
 
+def _climbed(
+    problem: Problem, layers: list[list[int]] | None, base: Assignment, deadline_s: float | None
+) -> Assignment | None:
+    """A round's plan from a repaired layout (`layers`, None if the repair
+    failed): the recomputation chosen (search.local_search), then a climb of
+    at most CLIMB_MOVES focused on the chunks whose layer counts differ from
+    `base`'s and their neighbours (improve_layers' `focus`); None if no
+    recomputation fits."""
+    plan = local_search(problem, layers) if layers is not None else None
+    if plan is None:
+        return None
+    changed = [c for c in range(problem.num_virtual) if sum(layers[c]) != base.layers_in_chunk(c)]
+    return improve_layers(
+        problem,
+        plan,
+        max_moves=CLIMB_MOVES,
+        deadline_s=deadline_s,
+        focus=chunks_around(problem, changed),
+    )
+
+
 def iterated_search(
     problem: Problem,
     start: Assignment,
@@ -153,7 +174,6 @@ def iterated_search(
     whose plan depends on the load."""
     rng = random.Random(seed)
     best, best_step = start, plan_step_s(problem, start)
-    num = problem.num_virtual
     weights = None  # of `best`, recomputed when it changes
     work_end_s = work_done_s() + work_budget_s
     stalled = 0
@@ -165,26 +185,18 @@ def iterated_search(
         stalled += 1
         if stalled % EVEN_EVERY == 0:
             plan = _best_even_cut(problem, best, deadline_s)
-            step = plan_step_s(problem, plan) if plan is not None else best_step
-            if plan is not None and better(problem, plan, step, best, best_step):
-                if step < best_step * (1 - REL_TIE):
-                    stalled = 0
-                best, best_step, weights = plan, step, None
-                continue
+            if plan is not None:
+                step = plan_step_s(problem, plan)
+                if better(problem, plan, step, best, best_step):
+                    if step < best_step * (1 - REL_TIE):
+                        stalled = 0
+                    best, best_step, weights = plan, step, None
+                    continue
         if weights is None:
             weights = critical_weights_s(problem, best)
-        layers = aimed_kick(problem, best, rng, weights)
-        plan = local_search(problem, layers) if layers is not None else None
+        plan = _climbed(problem, aimed_kick(problem, best, rng, weights), best, deadline_s)
         if plan is None:
             continue
-        changed = [c for c in range(num) if sum(layers[c]) != best.layers_in_chunk(c)]
-        plan = improve_layers(
-            problem,
-            plan,
-            max_moves=CLIMB_MOVES,
-            deadline_s=deadline_s,
-            focus=chunks_around(problem, changed),
-        )
         step = plan_step_s(problem, plan)
         if step < best_step * (1 - REL_TIE):
             stalled = 0
@@ -289,19 +301,9 @@ def _best_even_cut(problem: Problem, a: Assignment, deadline_s: float | None) ->
     plans = []
     for per_chunk in even_cuts(problem, a):
         layers = repair(problem, layers_in_order(problem, per_chunk))
-        plan = local_search(problem, layers) if layers is not None else None
-        if plan is None:
-            continue
-        changed = [c for c in range(problem.num_virtual) if sum(layers[c]) != a.layers_in_chunk(c)]
-        plans.append(
-            improve_layers(
-                problem,
-                plan,
-                max_moves=CLIMB_MOVES,
-                deadline_s=deadline_s,
-                focus=chunks_around(problem, changed),
-            )
-        )
+        plan = _climbed(problem, layers, a, deadline_s)
+        if plan is not None:
+            plans.append(plan)
     return fastest_first(problem, plans)[0][0] if plans else None
 
 

@@ -171,6 +171,14 @@ def work_done_s() -> float:
     return _WORK.done_s
 
 
+def end_times_by_column(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
+    """The end times of `_end_times` (one row per op and the "no
+    predecessor" row, one column per plan), as one plain loop per plan
+    (`_end_times_one`); no work is counted here."""
+    columns = durations_s.shape[0]
+    return numpy.hstack([_end_times_one(graph, durations_s[k : k + 1]) for k in range(columns)])
+
+
 def _end_times(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     """End time of every op (rows; the last row is the 'no predecessor'
     zero) for each row of `durations_s` (K x 2 num: F_c then B_c): per
@@ -183,7 +191,7 @@ def _end_times(graph: Graph, durations_s: numpy.ndarray) -> numpy.ndarray:
     if columns <= LOOP_COLUMNS:
         # The same floats, faster: see LOOP_COLUMNS. The work counted stays
         # the array pass's, so budgets end where they did.
-        return numpy.hstack([_end_times_one(graph, durations_s[k : k + 1]) for k in range(columns)])
+        return end_times_by_column(graph, durations_s)
     end = numpy.zeros((graph.num_ops + 1, columns))
     dur = numpy.ascontiguousarray(durations_s.T)
     for a, b, preds, kind in graph.steps:
