@@ -13,6 +13,15 @@ import threading
 SOLVER_THREAD = "meshtune-solver"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system
+    reports it, else the machine's count; at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def child_pids() -> list[int]:
     """This process's direct children (Linux /proc; elsewhere none found)."""
     me = os.getpid()

@@ -150,6 +150,19 @@ def _children(pid: int) -> set[int]:
     return found
 
 
+def _cbc_children(pid: int) -> set[int]:
+    """`pid`'s children that run CBC (not the second plan search, portfolio.py)."""
+    found = set()
+    for child in _children(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"cbc" in command.lower():
+            found.add(child)
+    return found
+
+
 def _start_pipeline(tmp_path: Path, solver: str) -> tuple[subprocess.Popen, Path]:
     spec = tmp_path / "hard.yaml"
     spec.write_text(HARD_PIPELINE + f"solver: {{solver: {solver}}}\n")
@@ -222,10 +235,10 @@ def test_hangs_sigterm_during_a_cbc_solve_leaves_cbc_running_and_temp_files(tmp_
     while True:  # a CBC process that lives on for a second: a MILP, not a quick LP
         assert child.poll() is None, child.communicate()
         assert time.monotonic() < deadline, "CBC never ran"
-        before = _children(child.pid)
+        before = _cbc_children(child.pid)
         if before:
             time.sleep(1.0)
-            cbc = before & _children(child.pid)
+            cbc = before & _cbc_children(child.pid)
             if cbc:
                 break
         time.sleep(0.05)

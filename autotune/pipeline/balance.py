@@ -174,12 +174,8 @@ def _improve(
     split's (598.99 ms) to 520.95 ms."""
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.layer_search import better, improve_layers
-    from autotune.pipeline.perturb import (
-        FAR_BUDGET_S,
-        WORK_BUDGET_S,
-        fastest_first,
-        iterated_chains,
-    )
+    from autotune.pipeline.perturb import FAR_BUDGET_S, WORK_BUDGET_S, fastest_first
+    from autotune.pipeline.portfolio import chains_on_cores
 
     climbed = []
     for start in starts:
@@ -191,7 +187,7 @@ def _improve(
     # The best climbed start, if the deadline cuts the chains.
     found = fastest_first(problem, climbed)[0][0]
     with TimeBox():
-        found = iterated_chains(
+        found = chains_on_cores(
             problem,
             climbed,
             rounds=rounds,

@@ -16,7 +16,8 @@ import functools
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 # The least time a solve is given past the deadline: enough for a solver to
@@ -142,3 +143,19 @@ class TimeBox:
         if self.expired:
             note_clock_cut()
         return self.expired
+
+
+@contextmanager
+def run_until(deadline_s: float | None) -> Iterator[TimeBox]:
+    """The body in a TimeBox that ends by `deadline_s` (time.perf_counter();
+    None: no deadline), with every solve's limit cut to it meanwhile: a
+    whole search handed to another process (portfolio.py) keeps the caller's
+    deadline."""
+    global _deadline_s
+    saved = _deadline_s
+    _deadline_s = deadline_s
+    try:
+        with TimeBox() as box:
+            yield box
+    finally:
+        _deadline_s = saved

@@ -323,10 +323,12 @@ def iterated_chains(
     max_chains: int = MAX_CHAINS,
     enough_s: float = 0.0,
     far_budget_s: float = FAR_BUDGET_S,
+    seed_shift: int = 0,
 ) -> Assignment:
     """Chains of rounds (iterated_search) while the work budget lasts: the
     first from the best of `starts` (which fit), the next from the others,
-    fastest first, then from the best plan so far; chain k uses seed k and
+    fastest first, then from the best plan so far; chain k uses seed k +
+    `seed_shift` and
     what is left of the budget; no chain starts once the best step is at
     most `enough_s` (the lower bound plus the relative gap). Each chain's
     plan is then climbed with the far moves (improve_layers, `far`) while
@@ -355,7 +357,7 @@ def iterated_chains(
             problem,
             origin,
             rounds=rounds,
-            seed=k,
+            seed=k + seed_shift,
             deadline_s=deadline_s,
             work_budget_s=rounds_left_s,
         )

@@ -1,0 +1,102 @@
+"""Two searches on two cores (portfolio.py): the plan is the faster of the
+chains with their own seeds and with shifted seeds, the same on every run;
+one core runs one search; the second process never outlives the call, and
+its failure or lateness is reported, not hidden."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import replace
+
+import pytest
+from benchmark_family import family
+
+from autotune.pipeline import portfolio
+from autotune.pipeline.balance import _quick_start
+from autotune.pipeline.deadline import clock_cuts
+from autotune.pipeline.layer_search import improve_layers, tie_key
+from autotune.pipeline.perturb import iterated_chains
+from autotune.pipeline.search import plan_step_s
+from autotune.processes import child_pids
+
+GIB = float(2**30)
+BUDGET = dict(work_budget_s=0.4, far_budget_s=0.1, max_chains=2)
+
+
+def _member():
+    p = family.instance("dense-moe-mtp", 2, 8, 100 * GIB, stages=4)
+    return replace(p, memory_cap_bytes=family.tightest_cap_bytes(p) * 1.02)
+
+
+@pytest.fixture(scope="module")
+def member():
+    p = _member()
+    return p, [improve_layers(p, _quick_start(p))]
+
+
+def test_two_cores_keep_the_faster_of_both_seed_sets(member, monkeypatch):
+    p, starts = member
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+    own = iterated_chains(p, starts, **BUDGET)
+    shifted = iterated_chains(p, starts, seed_shift=portfolio.SEED_SHIFT, **BUDGET)
+    want = min((own, shifted), key=lambda a: (plan_step_s(p, a), tie_key(p, a), a is not own))
+    before = clock_cuts()
+    out = portfolio.chains_on_cores(p, starts, **BUDGET)
+    assert out == want
+    assert portfolio.chains_on_cores(p, starts, **BUDGET) == out  # the same every run
+    assert clock_cuts() == before  # neither search was stopped by the clock
+    assert plan_step_s(p, out) <= plan_step_s(p, own)
+
+
+def test_one_core_runs_one_search(member, monkeypatch):
+    p, starts = member
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 1)
+    monkeypatch.setattr(subprocess, "Popen", None)  # a second process would fail
+    assert portfolio.chains_on_cores(p, starts, **BUDGET) == iterated_chains(p, starts, **BUDGET)
+
+
+def test_no_second_process_without_rounds(member, monkeypatch):
+    p, starts = member
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+    monkeypatch.setattr(subprocess, "Popen", None)
+    assert portfolio.chains_on_cores(p, starts, rounds=0) == starts[0]
+
+
+def test_the_second_process_ends_with_an_interrupted_call(member, monkeypatch):
+    from autotune.pipeline import perturb
+
+    p, starts = member
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(perturb, "iterated_chains", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        portfolio.chains_on_cores(p, starts, **BUDGET)
+    assert child_pids() == []
+
+
+class _Child:
+    """A stand-in for the second process's Popen."""
+
+    def __init__(self, returncode=0, out=b"", err=b"", late=False):
+        self.returncode, self._out, self._err, self._late = returncode, out, err, late
+
+    def communicate(self, timeout=None):
+        if self._late:
+            raise subprocess.TimeoutExpired("meshtune", timeout)
+        return self._out, self._err
+
+
+def test_a_late_second_search_counts_as_a_stop_by_the_clock():
+    before = clock_cuts()
+    assert portfolio._plan_of(_Child(late=True), time.perf_counter()) is None
+    assert clock_cuts() == before + 1
+
+
+def test_a_failed_second_search_says_so():
+    child = _Child(returncode=1, err=b"Traceback ...\nValueError: bad pickle\n")
+    with pytest.raises(RuntimeError, match=r"second plan search .* failed: ValueError: bad pickle"):
+        portfolio._plan_of(child, None)
