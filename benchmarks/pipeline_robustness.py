@@ -42,7 +42,10 @@ the best known against the largest lower bound the runs proved.
 is 48 instances (3 mixes x 2 chunk counts x 2 micro-batch counts x 4 caps).
 
 Targets: first plan within 5 s, within 1% of the best known plan by 60 s,
-the same plan on every run. Not part of the test suite (it takes minutes);
+the same plan on every run. On a machine with two cores or more each run
+uses two of them for its plan search (pipeline/portfolio.py): run one
+benchmark at a time there, or the runs' searches share cores and the
+deadline may cut them (`repeatable` then says so). Not part of the test suite (it takes minutes);
 tests/test_pipeline_robustness.py runs a small member of the family.
 """
 
