@@ -100,3 +100,11 @@ def test_a_failed_second_search_says_so():
     child = _Child(returncode=1, err=b"Traceback ...\nValueError: bad pickle\n")
     with pytest.raises(RuntimeError, match=r"second plan search .* failed: ValueError: bad pickle"):
         portfolio._plan_of(child, None)
+
+
+def test_a_second_search_cut_before_a_plan_counts_as_a_stop_by_the_clock():
+    import pickle
+
+    before = clock_cuts()
+    assert portfolio._plan_of(_Child(out=pickle.dumps((None, True))), None) is None
+    assert clock_cuts() == before + 1

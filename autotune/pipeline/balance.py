@@ -164,7 +164,8 @@ def _improve(
 ) -> Assignment:
     """One-layer moves from each of `starts`, then chains of rounds of kicks
     and moves (perturb.iterated_chains, at most `rounds` per chain, their
-    work budgets times `budget_scale`), the
+    work budgets times `budget_scale`; on two cores also with shifted seeds
+    in a second process, portfolio.chains_on_cores), the
     first from the best climbed start and the next from the others (both
     until `deadline_s`; no new chain once a plan is within `enough_s`),
     then (CBC only) the MILP with the layer counts fixed. Each start is

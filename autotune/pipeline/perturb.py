@@ -328,8 +328,7 @@ def iterated_chains(
     """Chains of rounds (iterated_search) while the work budget lasts: the
     first from the best of `starts` (which fit), the next from the others,
     fastest first, then from the best plan so far; chain k uses seed k +
-    `seed_shift` and
-    what is left of the budget; no chain starts once the best step is at
+    `seed_shift` and what is left of the budget; no chain starts once the best step is at
     most `enough_s` (the lower bound plus the relative gap). Each chain's
     plan is then climbed with the far moves (improve_layers, `far`) while
     `far_budget_s` of work, shared by the chains, lasts. Returns the best

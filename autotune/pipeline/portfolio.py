@@ -85,7 +85,8 @@ def chains_on_cores(
 
 def _plan_of(child: subprocess.Popen, deadline_s: float | None) -> Assignment | None:
     """The second search's plan; None (a stop by the clock) when it is not
-    in by the deadline plus GRACE_S. Its own stops by the clock count here."""
+    in by the deadline plus GRACE_S or its time box expired before a plan.
+    Its own stops by the clock count here."""
     timeout_s = None if deadline_s is None else deadline_s + GRACE_S - time.perf_counter()
     try:
         out, err = child.communicate(timeout=None if timeout_s is None else max(timeout_s, 0.0))
@@ -113,16 +114,12 @@ def _second_search() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops this process
     problem, starts, left_s, options = pickle.loads(sys.stdin.buffer.read())
     deadline_s = None if left_s is None else time.perf_counter() + left_s
-    plan = None
-    with run_until(deadline_s) as box:
+    plan = None  # stays None when the time box expires: the caller keeps its own
+    with run_until(deadline_s):
         plan = iterated_chains(
             problem, starts, deadline_s=deadline_s, seed_shift=SEED_SHIFT, **options
         )
-    if plan is None:  # the time box expired before a plan: the best start
-        from autotune.pipeline.perturb import fastest_first
-
-        plan = fastest_first(problem, starts)[0][0]
-    sys.stdout.buffer.write(pickle.dumps((plan, box.expired or clock_cuts() > 0)))
+    sys.stdout.buffer.write(pickle.dumps((plan, clock_cuts() > 0)))
     sys.stdout.buffer.flush()
 
 
