@@ -90,21 +90,26 @@ class _Child:
         return self._out, self._err
 
 
-def test_a_late_second_search_counts_as_a_stop_by_the_clock():
+def test_a_late_second_search_counts_as_a_stop_by_the_clock(member, monkeypatch):
+    p, starts = member
+    assert portfolio._result_of(_Child(late=True), time.perf_counter()) is portfolio._LATE
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+    monkeypatch.setattr(portfolio, "_result_of", lambda child, deadline_s: portfolio._LATE)
     before = clock_cuts()
-    assert portfolio._plan_of(_Child(late=True), time.perf_counter()) is None
+    assert portfolio.chains_on_cores(p, starts, **BUDGET) == iterated_chains(p, starts, **BUDGET)
     assert clock_cuts() == before + 1
+    assert child_pids() == []
 
 
 def test_a_failed_second_search_says_so():
     child = _Child(returncode=1, err=b"Traceback ...\nValueError: bad pickle\n")
-    with pytest.raises(RuntimeError, match=r"second plan search .* failed: ValueError: bad pickle"):
-        portfolio._plan_of(child, None)
+    with pytest.raises(RuntimeError, match=r"second search .* failed: ValueError: bad pickle"):
+        portfolio._result_of(child, None)
 
 
 def test_a_second_search_cut_before_a_plan_counts_as_a_stop_by_the_clock():
     import pickle
 
     before = clock_cuts()
-    assert portfolio._plan_of(_Child(out=pickle.dumps((None, True))), None) is None
+    assert portfolio._result_of(_Child(out=pickle.dumps((None, True))), None) is None
     assert clock_cuts() == before + 1

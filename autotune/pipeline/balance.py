@@ -267,6 +267,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     from autotune.pipeline.chain_bound import chain_bound
     from autotune.pipeline.ilp import solve, solver_name
     from autotune.pipeline.layer_search import better, polish, tie_key
+    from autotune.pipeline.portfolio import solve_on_cores
 
     settings = settings or SolverSettings()
     t0 = time.perf_counter()
@@ -378,7 +379,10 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
         # per-stage split rows small (ilp.py, splits.py).
         known = best[1].makespan_s if best is not None and solver == "highs" else None
         cutoff = known * (1 - gap_rel) if known else None
-        last = solve(
+        # On two cores a second process solves the same model in another
+        # configuration meanwhile (portfolio.solve_on_cores); not on the
+        # joint job search's cheap path (no rounds).
+        last = (solve_on_cores if settings.search_rounds > 0 else solve)(
             problem,
             paths,
             time_limit_s=remaining,

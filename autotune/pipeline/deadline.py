@@ -146,16 +146,23 @@ class TimeBox:
 
 
 @contextmanager
-def run_until(deadline_s: float | None) -> Iterator[TimeBox]:
-    """The body in a TimeBox that ends by `deadline_s` (time.perf_counter();
-    None: no deadline), with every solve's limit cut to it meanwhile: a
-    whole search handed to another process (portfolio.py) keeps the caller's
-    deadline."""
+def deadline_at(deadline_s: float | None) -> Iterator[None]:
+    """Every solve's limit cut to `deadline_s` (time.perf_counter(); None:
+    no deadline) while the body runs: a solve handed to another process
+    (portfolio.py) keeps the caller's deadline."""
     global _deadline_s
     saved = _deadline_s
     _deadline_s = deadline_s
     try:
-        with TimeBox() as box:
-            yield box
+        yield
     finally:
         _deadline_s = saved
+
+
+@contextmanager
+def run_until(deadline_s: float | None) -> Iterator[TimeBox]:
+    """The body in a TimeBox that ends by `deadline_s`, under deadline_at:
+    a whole search handed to another process keeps the caller's deadline.
+    (Not around a solver call: see the module docstring.)"""
+    with deadline_at(deadline_s), TimeBox() as box:
+        yield box

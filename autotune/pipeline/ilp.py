@@ -137,12 +137,20 @@ def _make_solver(
     warm: bool = False,
     cutoff: float | None = None,
     verbose: bool = False,
+    allow_restart: bool = False,
 ):
     if name == "highs":
         if cutoff is not None:
             # Prune every node whose bound reaches the cutoff; the plan that
             # set it is known, so the solver's own plan search is not needed.
-            make, options = InterruptibleHighs, {**_HIGHS_CUTOFF_OPTIONS, "objective_bound": cutoff}
+            make, options = (
+                InterruptibleHighs,
+                {
+                    **_HIGHS_CUTOFF_OPTIONS,
+                    "objective_bound": cutoff,
+                    "mip_allow_restart": allow_restart,
+                },
+            )
         elif warm:
             make, options = _HighsWithStart, _HIGHS_WARM_OPTIONS
         else:
@@ -584,6 +592,7 @@ def solve(
     cutoff_s: float | None = None,
     relative_gap: float = 1e-3,
     verbose: bool = False,
+    allow_restart: bool = False,
 ) -> IlpOutcome:
     """Build and solve the MILP. Times are scaled to the largest layer
     forward and memory to GiB so the coefficients stay near 1.
@@ -592,7 +601,9 @@ def solve(
     `minimise_overshoot` drops the time objective and minimises the largest
     memory excess over the cap (the infeasibility diagnosis); `relaxed`
     solves the LP relaxation and reports its layer counts in `layers`;
-    `start` is a plan handed to the solver as its first incumbent."""
+    `start` is a plan handed to the solver as its first incumbent;
+    `allow_restart` lets a cutoff solve restart from its root (off by
+    default, _HIGHS_CUTOFF_OPTIONS)."""
     build_t0 = time.perf_counter()
     # The build is pure Python and, on large shapes under load, takes
     # seconds: it runs in a time box, so a build that would end past the
@@ -631,6 +642,7 @@ def solve(
                     start is not None,
                     cutoff_s / t_ref if use_cutoff else None,
                     verbose,
+                    allow_restart,
                 )
             )
         elapsed = time.perf_counter() - t0

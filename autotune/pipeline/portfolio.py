@@ -21,6 +21,7 @@ it) and is stopped when the caller is interrupted or its deadline passes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import signal
@@ -28,11 +29,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from autotune.pipeline.assignment import Assignment
-from autotune.pipeline.deadline import clock_cuts, note_clock_cut, run_until
+from autotune.pipeline.deadline import (
+    clock_cuts,
+    deadline_at,
+    note_clock_cut,
+    run_until,
+    time_left_s,
+)
 from autotune.pipeline.problem import Problem
 from autotune.processes import usable_cores
+
+if TYPE_CHECKING:
+    from autotune.pipeline.ilp import IlpOutcome
 
 # The second process's chain k uses seed k + SEED_SHIFT (this process's: k).
 SEED_SHIFT = 100
@@ -58,69 +69,149 @@ def chains_on_cores(
     if usable_cores() < CORES or chain_options.get("rounds", 1) == 0:
         return iterated_chains(problem, starts, deadline_s=deadline_s, **chain_options)
     left_s = None if deadline_s is None else max(deadline_s - time.perf_counter(), 0.0)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    with tempfile.TemporaryFile() as payload:
-        pickle.dump((problem, starts, left_s, chain_options), payload)
-        payload.seek(0)
-        child = subprocess.Popen(
-            [sys.executable, "-m", "autotune.pipeline.portfolio"],
-            stdin=payload,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
+    child = _start("chains", (problem, starts, chain_options), left_s)
     try:
         mine = iterated_chains(problem, starts, deadline_s=deadline_s, **chain_options)
-        other = _plan_of(child, deadline_s)
+        other = _result_of(child, deadline_s)
     finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
+        _stop(child)
+    if other is _LATE:
+        note_clock_cut()
+        other = None
     plans = [mine] if other is None else [mine, other]
     return fastest_first(problem, plans)[0][0]
 
 
-def _plan_of(child: subprocess.Popen, deadline_s: float | None) -> Assignment | None:
-    """The second search's plan; None (a stop by the clock) when it is not
-    in by the deadline plus GRACE_S or its time box expired before a plan.
-    Its own stops by the clock count here."""
+def solve_on_cores(problem: Problem, paths, **solve_options) -> IlpOutcome:
+    """ilp.solve(problem, paths, **solve_options) and, with CORES usable
+    cores and a HiGHS cutoff solve, the same model in the other
+    configuration (SECOND_MILP) in a second process at the same time.
+
+    This process's outcome is used when its solve ended on its own (not
+    stopped by the limit), else the second's when that one did, else this
+    one's; the bound is the larger of the two (each is valid). The choice
+    never depends on which solve ended first, only on whether each ended
+    within the limit, as with one solve. So this process waits for the
+    second until its own solve ends, and stops it then."""
+    from autotune.pipeline.ilp import solve
+
+    if (
+        usable_cores() < CORES
+        or solve_options.get("solver") != "highs"
+        or solve_options.get("cutoff_s") is None
+    ):
+        return solve(problem, paths, **solve_options)
+    left_s = time_left_s(solve_options["time_limit_s"])
+    deadline_s = None if left_s is None else time.perf_counter() + left_s
+    second = {**solve_options, **SECOND_MILP, "time_limit_s": left_s, "verbose": False}
+    child = _start("milp", (problem, paths, second), left_s)
+    try:
+        mine = solve(problem, paths, **solve_options)
+        other = None
+        if mine.status in _LIMITED:
+            other = _result_of(child, deadline_s)
+    finally:
+        _stop(child)
+    if other is None or other is _LATE:
+        return mine
+    bound = max((b for b in (mine.bound, other.bound) if b is not None), default=None)
+    if other.status in _LIMITED:
+        return dataclasses.replace(mine, bound=bound)
+    return dataclasses.replace(other, bound=bound, solve_time_s=mine.solve_time_s)
+
+
+# The second configuration of a cutoff solve: root restarts allowed and no
+# split rows (ilp.py's default keeps its root and adds the split rows on
+# interleaved schedules). On dense-moe-mtp, 2 chunks, 16 micro-batches, 2%
+# above the tightest cap, from the chains' 519.22 ms plan, it finds and
+# proves 497.02 ms in 17 s; the default was still searching at 45 s
+# (docs/pipeline.md, "Two searches on two cores").
+SECOND_MILP = {"split_step_limit_s": None, "allow_restart": True}
+# A solve's statuses when its limit stopped it (ilp.IlpOutcome.status).
+_LIMITED = ("feasible", "no_solution")
+# What _result_of returns for a child not in by the deadline plus GRACE_S.
+_LATE = object()
+
+
+def _start(job: str, payload: object, left_s: float | None) -> subprocess.Popen:
+    """A child `python -m autotune.pipeline.portfolio` given `job`, its
+    input and the seconds left (pickled in a temporary file on its stdin)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    with tempfile.TemporaryFile() as handle:
+        pickle.dump((job, payload, left_s), handle)
+        handle.seek(0)
+        return subprocess.Popen(
+            [sys.executable, "-m", "autotune.pipeline.portfolio"],
+            stdin=handle,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Kill the child if it still runs; reap it and close its pipes."""
+    if child.poll() is None:
+        child.kill()
+    child.wait()
+    for stream in (child.stdout, child.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _result_of(child: subprocess.Popen, deadline_s: float | None):
+    """The child's result (None when its time box expired before one),
+    or _LATE when it is not in by the deadline plus GRACE_S. Its own stops
+    by the clock count here."""
     timeout_s = None if deadline_s is None else deadline_s + GRACE_S - time.perf_counter()
     try:
         out, err = child.communicate(timeout=None if timeout_s is None else max(timeout_s, 0.0))
     except subprocess.TimeoutExpired:
-        note_clock_cut()
-        return None
+        return _LATE
     if child.returncode != 0 or not out:
         text = err.decode("utf-8", "replace").strip().splitlines()
         raise RuntimeError(
-            "the second plan search (autotune.pipeline.portfolio) failed: "
+            "the second search (autotune.pipeline.portfolio) failed: "
             + (text[-1] if text else f"exit status {child.returncode}")
         )
-    plan, cut = pickle.loads(out)
+    result, cut = pickle.loads(out)
     if cut:
         note_clock_cut()
-    return plan
+    return result
 
 
 def _second_search() -> None:
-    """The child: problem, starts, seconds left and options from stdin; the
-    plan of the chains with shifted seeds, and whether the clock stopped
-    them, to stdout."""
-    from autotune.pipeline.perturb import iterated_chains
-
+    """The child: job, input and seconds left from stdin; to stdout its
+    result and whether the clock stopped it. "chains": the chains' plan with
+    shifted seeds (None when the time box expires first: the caller keeps
+    its own). "milp": ilp.solve's outcome (a limited solve is a status, not
+    a stop by the clock; the solve is not put in a time box, see
+    deadline.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops this process
-    problem, starts, left_s, options = pickle.loads(sys.stdin.buffer.read())
+    # Descriptor 1 carries only the result: anything else printed goes to stderr.
+    result_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    job, payload, left_s = pickle.loads(sys.stdin.buffer.read())
     deadline_s = None if left_s is None else time.perf_counter() + left_s
-    plan = None  # stays None when the time box expires: the caller keeps its own
-    with run_until(deadline_s):
-        plan = iterated_chains(
-            problem, starts, deadline_s=deadline_s, seed_shift=SEED_SHIFT, **options
-        )
-    sys.stdout.buffer.write(pickle.dumps((plan, clock_cuts() > 0)))
-    sys.stdout.buffer.flush()
+    result = None
+    if job == "chains":
+        from autotune.pipeline.perturb import iterated_chains
+
+        problem, starts, options = payload
+        with run_until(deadline_s):
+            result = iterated_chains(
+                problem, starts, deadline_s=deadline_s, seed_shift=SEED_SHIFT, **options
+            )
+    elif job == "milp":
+        from autotune.pipeline.ilp import solve
+
+        problem, paths, options = payload
+        with deadline_at(deadline_s):
+            result = solve(problem, paths, **options)
+    else:
+        raise ValueError(f"unknown job {job!r}")
+    result_out.write(pickle.dumps((result, clock_cuts() > 0)))
+    result_out.flush()
 
 
 if __name__ == "__main__":
