@@ -1,7 +1,9 @@
 """Two searches on two cores (portfolio.py): the plan is the faster of the
 chains with their own seeds and with shifted seeds, the same on every run;
-one core runs one search; the second process never outlives the call, and
-its failure or lateness is reported, not hidden."""
+a cutoff MILP solve also runs in a second configuration, and which outcome
+counts depends on whether each solve ended within its limit, never on which
+ended first; one core runs one search; the second process never outlives
+the call, and its failure or lateness is reported, not hidden."""
 
 from __future__ import annotations
 
@@ -113,3 +115,107 @@ def test_a_second_search_cut_before_a_plan_counts_as_a_stop_by_the_clock():
     before = clock_cuts()
     assert portfolio._result_of(_Child(out=pickle.dumps((None, True))), None) is None
     assert clock_cuts() == before + 1
+
+
+# Two MILP configurations on two cores (solve_on_cores).
+
+
+@pytest.fixture(scope="module")
+def milp_input(member):
+    from autotune.pipeline.balance import _path_of, baselines
+    from autotune.pipeline.simulator import simulate
+
+    p, starts = member
+    paths = [_path_of(simulate(p, b)) for _, b in baselines(p)]
+    cutoff_s = plan_step_s(p, starts[0]) * (1 - 1e-3)
+    options = dict(
+        time_limit_s=60.0,
+        solver="highs",
+        split_step_limit_s=cutoff_s,
+        cutoff_s=cutoff_s,
+        relative_gap=1e-3,
+    )
+    return p, paths, options
+
+
+def _limited(bound_s):
+    from autotune.pipeline.ilp import IlpOutcome
+
+    return IlpOutcome("no_solution", "highs", None, None, bound_s, 1.5)
+
+
+def test_this_process_s_solve_counts_when_it_ends_on_its_own(milp_input, monkeypatch):
+    from autotune.pipeline.ilp import solve
+
+    p, paths, options = milp_input
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+    want = solve(p, paths, **options)
+    assert want.status not in portfolio._LIMITED
+    out = portfolio.solve_on_cores(p, paths, **options)
+    assert (out.status, out.assignment, out.objective) == (
+        want.status,
+        want.assignment,
+        want.objective,
+    )
+    assert child_pids() == []  # the second solve was stopped
+
+
+def test_the_second_configuration_counts_when_this_one_hits_its_limit(milp_input, monkeypatch):
+    from autotune.pipeline import ilp
+
+    p, paths, options = milp_input
+    want = ilp.solve(p, paths, **{**options, **portfolio.SECOND_MILP})
+    assert want.status not in portfolio._LIMITED
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+    monkeypatch.setattr(ilp, "solve", lambda *args, **kwargs: _limited(1e-3))
+    out = portfolio.solve_on_cores(p, paths, **options)
+    assert (out.status, out.assignment, out.objective) == (
+        want.status,
+        want.assignment,
+        want.objective,
+    )
+    assert out.bound == max(want.bound, 1e-3)
+    assert out.solve_time_s == 1.5  # this process's, which the balancer's build time uses
+
+
+def test_when_both_hit_the_limit_the_larger_bound_counts(milp_input, monkeypatch):
+    from autotune.pipeline import ilp
+
+    p, paths, options = milp_input
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+    monkeypatch.setattr(ilp, "solve", lambda *args, **kwargs: _limited(0.2))
+    monkeypatch.setattr(portfolio, "_result_of", lambda child, deadline_s: _limited(0.3))
+    assert portfolio.solve_on_cores(p, paths, **options) == _limited(0.3)
+    monkeypatch.setattr(portfolio, "_result_of", lambda child, deadline_s: portfolio._LATE)
+    assert portfolio.solve_on_cores(p, paths, **options) == _limited(0.2)
+    assert child_pids() == []
+
+
+@pytest.mark.parametrize(
+    "cores, change",
+    [(1, {}), (2, {"cutoff_s": None, "split_step_limit_s": None}), (2, {"solver": "cbc"})],
+    ids=["one core", "no cutoff", "cbc"],
+)
+def test_one_milp_without_two_cores_or_a_highs_cutoff(milp_input, monkeypatch, cores, change):
+    from autotune.pipeline import ilp
+
+    p, paths, options = milp_input
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: cores)
+    monkeypatch.setattr(subprocess, "Popen", None)  # a second process would fail
+    monkeypatch.setattr(ilp, "solve", lambda *args, **kwargs: _limited(0.4))
+    assert portfolio.solve_on_cores(p, paths, **{**options, **change}) == _limited(0.4)
+
+
+def test_the_second_solve_ends_with_an_interrupted_call(milp_input, monkeypatch):
+    from autotune.pipeline import ilp
+
+    p, paths, options = milp_input
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ilp, "solve", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        portfolio.solve_on_cores(p, paths, **options)
+    assert child_pids() == []

@@ -1,4 +1,5 @@
-"""Two searches at once on two cores: the chains of rounds with two sets of seeds.
+"""Two searches at once on two cores: the chains of rounds with two sets of
+seeds, and the MILP in two configurations.
 
 The rounds' plan depends on their seed by several percent on hard
 instances (docs/pipeline.md, "The seed matters; even cuts"): a chain ends
@@ -12,11 +13,17 @@ the pair gives the same plan on every run, as one search does; the
 balancer's deadline stops both (then, as with one, the plan depends on the
 machine's load, and the stop counts in deadline.clock_cuts).
 
+A MILP solve's time to its proof depends on its configuration more than
+on its time: `solve_on_cores` runs a cutoff solve as configured in this
+process and in SECOND_MILP in a child, and uses the second's outcome only
+when this one's limit stopped it and the second's solve ended on its own.
+
 The child is a fresh interpreter (`python -m autotune.pipeline.portfolio`)
-that reads its problem and starts from stdin (a temporary file) and writes its plan to stdout,
-both pickled: no fork of a process that may hold solver threads, and no
-re-import of the caller's main module. It ignores Ctrl-C (the caller stops
-it) and is stopped when the caller is interrupted or its deadline passes.
+that reads its job and input from stdin (a temporary file) and writes its
+result to stdout, both pickled: no fork of a process that may hold solver
+threads, and no re-import of the caller's main module. It ignores Ctrl-C
+(the caller stops it) and is stopped when the caller is interrupted, when
+the caller's own solve ends on its own, or when its deadline passes.
 """
 
 from __future__ import annotations
@@ -103,8 +110,16 @@ def solve_on_cores(problem: Problem, paths, **solve_options) -> IlpOutcome:
         return solve(problem, paths, **solve_options)
     left_s = time_left_s(solve_options["time_limit_s"])
     deadline_s = None if left_s is None else time.perf_counter() + left_s
-    second = {**solve_options, **SECOND_MILP, "time_limit_s": left_s, "verbose": False}
-    child = _start("milp", (problem, paths, second), left_s)
+    second = {**solve_options, **SECOND_MILP, "time_limit_s": left_s}
+    verbose = bool(solve_options.get("verbose"))
+    child = _start("milp", (problem, paths, second), left_s, show_log=verbose)
+    if verbose:  # both logs go to stderr as they come
+        print(
+            f"meshtune: a second MILP solve (root restarts, no split rows) runs in "
+            f"process {child.pid}; its log is interleaved below",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         mine = solve(problem, paths, **solve_options)
         other = None
@@ -133,9 +148,13 @@ _LIMITED = ("feasible", "no_solution")
 _LATE = object()
 
 
-def _start(job: str, payload: object, left_s: float | None) -> subprocess.Popen:
+def _start(
+    job: str, payload: object, left_s: float | None, show_log: bool = False
+) -> subprocess.Popen:
     """A child `python -m autotune.pipeline.portfolio` given `job`, its
-    input and the seconds left (pickled in a temporary file on its stdin)."""
+    input and the seconds left (pickled in a temporary file on its stdin);
+    its stderr is this process's with `show_log`, else kept for the error
+    message if it fails."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     with tempfile.TemporaryFile() as handle:
         pickle.dump((job, payload, left_s), handle)
@@ -144,7 +163,7 @@ def _start(job: str, payload: object, left_s: float | None) -> subprocess.Popen:
             [sys.executable, "-m", "autotune.pipeline.portfolio"],
             stdin=handle,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=None if show_log else subprocess.PIPE,
             env=env,
         )
 
@@ -169,7 +188,7 @@ def _result_of(child: subprocess.Popen, deadline_s: float | None):
     except subprocess.TimeoutExpired:
         return _LATE
     if child.returncode != 0 or not out:
-        text = err.decode("utf-8", "replace").strip().splitlines()
+        text = (err or b"").decode("utf-8", "replace").strip().splitlines()
         raise RuntimeError(
             "the second search (autotune.pipeline.portfolio) failed: "
             + (text[-1] if text else f"exit status {child.returncode}")
