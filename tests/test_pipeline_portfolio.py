@@ -65,21 +65,6 @@ def test_no_second_process_without_rounds(member, monkeypatch):
     assert portfolio.chains_on_cores(p, starts, rounds=0) == starts[0]
 
 
-def test_the_second_process_ends_with_an_interrupted_call(member, monkeypatch):
-    from autotune.pipeline import perturb
-
-    p, starts = member
-    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
-
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(perturb, "iterated_chains", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        portfolio.chains_on_cores(p, starts, **BUDGET)
-    assert child_pids() == []
-
-
 class _Child:
     """A stand-in for the second process's Popen."""
 
@@ -206,16 +191,22 @@ def test_one_milp_without_two_cores_or_a_highs_cutoff(milp_input, monkeypatch, c
     assert portfolio.solve_on_cores(p, paths, **{**options, **change}) == _limited(0.4)
 
 
-def test_the_second_solve_ends_with_an_interrupted_call(milp_input, monkeypatch):
-    from autotune.pipeline import ilp
-
-    p, paths, options = milp_input
-    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+@pytest.mark.parametrize("job", ["chains", "milp"])
+def test_the_second_process_ends_with_an_interrupted_call(job, request, monkeypatch):
+    from autotune.pipeline import ilp, perturb
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ilp, "solve", interrupted)
+    monkeypatch.setattr(portfolio, "usable_cores", lambda: 2)
+    if job == "chains":
+        p, starts = request.getfixturevalue("member")
+        monkeypatch.setattr(perturb, "iterated_chains", interrupted)
+        call = lambda: portfolio.chains_on_cores(p, starts, **BUDGET)  # noqa: E731
+    else:
+        p, paths, options = request.getfixturevalue("milp_input")
+        monkeypatch.setattr(ilp, "solve", interrupted)
+        call = lambda: portfolio.solve_on_cores(p, paths, **options)  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
-        portfolio.solve_on_cores(p, paths, **options)
+        call()
     assert child_pids() == []
