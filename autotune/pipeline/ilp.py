@@ -143,14 +143,10 @@ def _make_solver(
         if cutoff is not None:
             # Prune every node whose bound reaches the cutoff; the plan that
             # set it is known, so the solver's own plan search is not needed.
-            make, options = (
-                InterruptibleHighs,
-                {
-                    **_HIGHS_CUTOFF_OPTIONS,
-                    "objective_bound": cutoff,
-                    "mip_allow_restart": allow_restart,
-                },
-            )
+            options = {**_HIGHS_CUTOFF_OPTIONS, "objective_bound": cutoff}
+            if allow_restart:
+                options["mip_allow_restart"] = True
+            make = InterruptibleHighs
         elif warm:
             make, options = _HighsWithStart, _HIGHS_WARM_OPTIONS
         else:

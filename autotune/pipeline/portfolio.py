@@ -108,8 +108,8 @@ def solve_on_cores(problem: Problem, paths, **solve_options) -> IlpOutcome:
         or solve_options.get("cutoff_s") is None
     ):
         return solve(problem, paths, **solve_options)
-    left_s = time_left_s(solve_options["time_limit_s"])
-    deadline_s = None if left_s is None else time.perf_counter() + left_s
+    left_s = float(time_left_s(solve_options["time_limit_s"]))  # a limit is always given
+    deadline_s = time.perf_counter() + left_s
     second = {**solve_options, **SECOND_MILP, "time_limit_s": left_s}
     verbose = bool(solve_options.get("verbose"))
     child = _start("milp", (problem, paths, second), left_s, show_log=verbose)
