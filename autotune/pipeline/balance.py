@@ -175,7 +175,12 @@ def _improve(
     split's (598.99 ms) to 520.95 ms."""
     from autotune.pipeline.ilp import solve
     from autotune.pipeline.layer_search import better, improve_layers
-    from autotune.pipeline.perturb import FAR_BUDGET_S, WORK_BUDGET_S, fastest_first
+    from autotune.pipeline.perturb import (
+        FAR_BUDGET_S,
+        WORK_BUDGET_S,
+        fastest_first,
+        kind_cut_plans,
+    )
     from autotune.pipeline.portfolio import chains_on_cores
 
     climbed = []
@@ -187,6 +192,14 @@ def _improve(
             climbed.append(plan)
     # The best climbed start, if the deadline cuts the chains.
     found = fastest_first(problem, climbed)[0][0]
+    # Its kind cuts start chains too, when the budget leaves them one (the
+    # chains take the fastest start first): their layouts are many worse
+    # one-layer moves away (perturb.kind_cuts).
+    if rounds > 0:
+        with TimeBox():
+            for plan in kind_cut_plans(problem, found, deadline_s):
+                if plan not in climbed:
+                    climbed.append(plan)
     with TimeBox():
         found = chains_on_cores(
             problem,

@@ -294,6 +294,79 @@ def even_cuts(problem: Problem, a: Assignment) -> list[list[int]]:
     return out
 
 
+def kind_cuts(problem: Problem, a: Assignment) -> list[list[int]]:
+    """Layers per chunk of `a` with a boundary between two kinds (model
+    order) moved onto a boundary between rounds of the schedule: for each
+    kind boundary and each round k >= 1, the layouts in which the chunks up
+    to the last stage's chunk of round k - 1, or up to the first stage's
+    chunk of round k, hold exactly the layers before the kind boundary. The
+    inner chunks of rounds k - 1 and k (every stage but the first and the
+    last, as in even_cuts) are re-cut to even seconds (even_split) on each
+    side; the other chunks keep theirs. Layouts whose re-cut chunks cannot
+    hold their share, equal to `a`'s or to an earlier one are left out; with
+    one kind, or one round, there are none.
+
+    Why: a chain can end in a layout whose round boundary falls inside a
+    kind, a few layers from the kind boundary (two-sizes, 2 chunks, 32
+    micro-batches, cap 2% above the tightest: round 0 ends after 33 of the
+    40 small layers, 1005.05 ms). Moving the boundary means moving 7 layers
+    across both rounds, each move worse on its own; the cut at the kind
+    boundary, repaired and climbed, is 1008.50 ms, and a chain from there
+    reaches 991.81 ms (docs/pipeline.md, "Kind cuts")."""
+    pp, rounds, low = problem.num_stages, problem.num_chunks, problem.min_layers_per_chunk
+    if pp < 3:
+        return []
+    times_s = [g.forward_s + g.backward_s for g in problem.groups for _ in range(g.count)]
+    per_chunk = [a.layers_in_chunk(c) for c in range(problem.num_virtual)]
+    kind_ends, total = [], 0
+    for g in problem.groups[:-1]:
+        total += g.count
+        kind_ends.append(total)
+    out: list[list[int]] = []
+    for kind_end in kind_ends:
+        for k in range(1, rounds):
+            # Inner chunks of round k - 1 (left) and of round k (right).
+            left_lo, left_hi = (k - 1) * pp + 1, k * pp - 1
+            right_lo, right_hi = k * pp + 1, (k + 1) * pp - 1
+            before = sum(per_chunk[:left_lo])
+            between = sum(per_chunk[left_hi:right_lo])
+            span = sum(per_chunk[left_lo:right_hi]) - between
+            for upto in (left_hi, right_lo - 1):  # last chunk before the kind boundary
+                left = kind_end - before - sum(per_chunk[left_hi : upto + 1])
+                right = span - left
+                if left < (left_hi - left_lo) * low or right < (right_hi - right_lo) * low:
+                    continue
+                first_right = before + left + between
+                left_split = even_split(times_s[before : before + left], left_hi - left_lo, low)
+                right_split = even_split(
+                    times_s[first_right : first_right + right], right_hi - right_lo, low
+                )
+                if left_split is None or right_split is None:
+                    continue
+                new = list(per_chunk)
+                new[left_lo:left_hi] = left_split
+                new[right_lo:right_hi] = right_split
+                if new != per_chunk and new not in out:
+                    out.append(new)
+    return out
+
+
+def kind_cut_plans(
+    problem: Problem, a: Assignment, deadline_s: float | None = None
+) -> list[Assignment]:
+    """`a`'s kind cuts (kind_cuts), each repaired to fit, its recomputation
+    chosen and climbed as a kick's plan is; those that fit, in kind_cuts'
+    order."""
+    plans = []
+    for per_chunk in kind_cuts(problem, a):
+        plan = _climbed(
+            problem, repair(problem, layers_in_order(problem, per_chunk)), a, deadline_s
+        )
+        if plan is not None:
+            plans.append(plan)
+    return plans
+
+
 def _best_even_cut(problem: Problem, a: Assignment, deadline_s: float | None) -> Assignment | None:
     """The fastest of `a`'s even cuts (even_cuts), each repaired to fit,
     its recomputation chosen and climbed as a kick's plan is; None if none
