@@ -30,6 +30,8 @@ from autotune.pipeline.perturb import (
     iterated_chains,
     iterated_search,
     kick,
+    kind_cut_plans,
+    kind_cuts,
 )
 from autotune.pipeline.search import local_search, plan_step_s, work_done_s
 from autotune.pipeline.simulator import simulate
@@ -371,6 +373,106 @@ def test_an_even_cut_leaves_a_round_cut_unevenly():
     found = _best_even_cut(p, stuck, None)
     assert plan_step_s(p, stuck) * 1e3 == pytest.approx(535.20, abs=0.01)
     assert plan_step_s(p, found) * 1e3 == pytest.approx(515.59, abs=0.01)
+    assert _fits(p, found)
+
+
+def _two_kinds(small: int, large: int):
+    return (
+        family._group("small", small, 0.7, 0.25, 0.22),
+        family._group("large", large, 1.4, 0.55, 0.40),
+    )
+
+
+def test_kind_cuts_by_hand():
+    # 6 small then 6 large layers on 4 stages x 2 chunks (chunk k of stage s
+    # is k * 4 + s), the even split 1 1 1 1 | 2 2 2 2: the kind boundary
+    # falls inside chunk 5. The inner chunks are 1-2 (round 0) and 5-6
+    # (round 1); chunks 0, 3, 4 and 7 keep 1, 1, 2 and 2.
+    # - Chunks 0-3 hold the 6 small layers: 4 in chunks 1-2, even seconds
+    #   2 2; the 2 large left for chunks 5-6, 1 1.
+    # - Chunks 0-4 hold them: 2 in chunks 1-2 and 4 in chunks 5-6, the even
+    #   split itself, left out.
+    p = family.instance("two-sizes", 2, 4, 100 * GIB, stages=4, groups=_two_kinds(6, 6))
+    a = uniform_assignment(p, even_layer_split(p), 0)
+    assert [a.layers_in_chunk(c) for c in range(8)] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert kind_cuts(p, a) == [[1, 2, 2, 1, 2, 1, 1, 2]]
+
+
+@pytest.mark.parametrize(
+    "mix, groups",
+    [
+        ("uniform", None),
+        # 3 dense and 1 mtp layer: too few for a round's 14 inner chunks on
+        # one side of the boundary, so the family's mix has none either.
+        ("dense-moe-mtp", None),
+    ],
+)
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_no_kind_cuts_with_one_kind_or_a_kind_smaller_than_a_round(mix, groups, chunks):
+    p = family.instance(mix, chunks, 16, 100 * GIB, groups=groups)
+    assert kind_cuts(p, uniform_assignment(p, even_layer_split(p), 0)) == []
+    # Nor on two stages, which have no inner chunks.
+    p2 = family.instance("two-sizes", chunks, 4, 100 * GIB, stages=2, groups=_two_kinds(6, 6))
+    assert kind_cuts(p2, uniform_assignment(p2, even_layer_split(p2), 0)) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_kind_cut_puts_a_kind_boundary_on_a_round_boundary(data):
+    stages = data.draw(st.integers(3, 6), "stages")
+    chunks = data.draw(st.integers(2, 3), "chunks")
+    num = stages * chunks
+    counts = data.draw(st.lists(st.integers(1, 2 * num), min_size=2, max_size=3), "kinds")
+    groups = tuple(family._group(f"k{i}", n, 0.5 + i, 0.2, 0.2) for i, n in enumerate(counts))
+    total = sum(counts)
+    if total < num:
+        return
+    # Layers per chunk: at least one each, the rest anywhere.
+    extra = data.draw(st.lists(st.integers(0, num - 1), min_size=total - num, max_size=total - num))
+    per_chunk = [1 + extra.count(c) for c in range(num)]
+    p = family.instance("two-sizes", chunks, stages, 100 * GIB, stages=stages, groups=groups)
+    a = uniform_assignment(p, layers_in_order(p, per_chunk), 0)
+    kind_ends = list(itertools.accumulate(counts))[:-1]
+    cuts = kind_cuts(p, a)
+    assert len(cuts) == len({tuple(c) for c in cuts})
+    for new in cuts:
+        assert new != per_chunk and sum(new) == total and min(new) >= 1
+        ends = list(itertools.accumulate(new))
+        # Chunks up to the last stage's chunk of round k - 1, or up to the
+        # first stage's chunk of round k, hold exactly the layers before a
+        # kind boundary; only the inner chunks of those two rounds change.
+        moved = [
+            k
+            for k in range(1, chunks)
+            for upto in (k * stages - 1, k * stages)
+            if ends[upto] in kind_ends
+            and all(
+                new[c] == per_chunk[c]
+                for c in range(num)
+                if c % stages in (0, stages - 1) or not (k - 1) * stages < c < (k + 1) * stages
+            )
+        ]
+        assert moved
+
+
+def test_a_kind_cut_moves_the_round_boundary_onto_the_kind_boundary():
+    # two-sizes, 2 chunks, 32 micro-batches, cap 2% above the tightest: the
+    # balancer's best climbed start holds small layers in chunks 0-18
+    # (1076.28 ms, no one-layer move shortens it). Its kind cut with chunks
+    # 0-16 holding the 40 small layers, repaired and climbed, is 1008.50 ms
+    # (the chains from there end at 998.81 ms, from the start at 1005.05;
+    # docs/pipeline.md, "Kind cuts"). The cut with chunks 0-15 holding them
+    # cannot fit.
+    p = _member("two-sizes", 2, 32, 1.02)
+    per_chunk = [1, 2, 2, 1, 2, 2, 2, 2, 2, 1, 3, 3, 4, 2, 1, 1]
+    per_chunk += [1, 5, 4, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4, 2]
+    a = local_search(p, layers_in_order(p, per_chunk))
+    assert plan_step_s(p, a) * 1e3 == pytest.approx(1076.28, abs=0.01)
+    assert improve_layers(p, a) == a
+    cuts = kind_cuts(p, a)
+    assert [sum(new[:upto]) for new, upto in zip(cuts, (16, 17), strict=True)] == [40, 40]
+    (found,) = kind_cut_plans(p, a)
+    assert plan_step_s(p, found) * 1e3 == pytest.approx(1008.50, abs=0.01)
     assert _fits(p, found)
 
 

@@ -190,16 +190,18 @@ def _improve(
             plan = improve_layers(problem, start, deadline_s=deadline_s)
         if plan not in climbed:
             climbed.append(plan)
-    # The best climbed start, if the deadline cuts the chains.
-    found = fastest_first(problem, climbed)[0][0]
-    # Its kind cuts start chains too, when the budget leaves them one (the
-    # chains take the fastest start first): their layouts are many worse
-    # one-layer moves away (perturb.kind_cuts).
+    # The best climbed start's kind cuts join the starts: their layouts are
+    # many one-layer moves away, each worse on its own (perturb.kind_cuts),
+    # and one may be faster than every start (the chains begin from the
+    # fastest). Not on the joint search's cheap path (no rounds).
     if rounds > 0:
+        best_start = fastest_first(problem, climbed)[0][0]
         with TimeBox():
-            for plan in kind_cut_plans(problem, found, deadline_s):
+            for plan in kind_cut_plans(problem, best_start, deadline_s):
                 if plan not in climbed:
                     climbed.append(plan)
+    # The fastest of them, if the deadline cuts the chains.
+    found = fastest_first(problem, climbed)[0][0]
     with TimeBox():
         found = chains_on_cores(
             problem,

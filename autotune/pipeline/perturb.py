@@ -306,13 +306,17 @@ def kind_cuts(problem: Problem, a: Assignment) -> list[list[int]]:
     hold their share, equal to `a`'s or to an earlier one are left out; with
     one kind, or one round, there are none.
 
-    Why: a chain can end in a layout whose round boundary falls inside a
-    kind, a few layers from the kind boundary (two-sizes, 2 chunks, 32
-    micro-batches, cap 2% above the tightest: round 0 ends after 33 of the
-    40 small layers, 1005.05 ms). Moving the boundary means moving 7 layers
-    across both rounds, each move worse on its own; the cut at the kind
-    boundary, repaired and climbed, is 1008.50 ms, and a chain from there
-    reaches 991.81 ms (docs/pipeline.md, "Kind cuts")."""
+    Why: the even split cuts rounds by layer counts, so a round boundary
+    can fall inside a kind, and the chains rarely move it: that is many
+    layers across both rounds, each move worse on its own. On two-sizes (40
+    small then 40 large layers), 2 chunks, 32 micro-batches, cap 2% above
+    the tightest, the best climbed start holds small layers in chunks 0-18
+    (1076.28 ms) and the chains from it end at 1005.05 ms, with round 0
+    ending after 33 small layers. Its cut with round 0 and the first
+    stage's round-1 chunk holding the 40 small layers, repaired and climbed,
+    is 1008.50 ms, and the chains from there end at 998.81 ms; the best
+    plan known (991.81 ms) has the same kind boundary (docs/pipeline.md,
+    "Kind cuts")."""
     pp, rounds, low = problem.num_stages, problem.num_chunks, problem.min_layers_per_chunk
     if pp < 3:
         return []
