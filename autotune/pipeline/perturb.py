@@ -355,14 +355,14 @@ def kind_cuts(problem: Problem, a: Assignment) -> list[list[int]]:
     return out
 
 
-def kind_cut_plans(
-    problem: Problem, a: Assignment, deadline_s: float | None = None
+def _cut_plans(
+    problem: Problem, a: Assignment, layouts: list[list[int]], deadline_s: float | None
 ) -> list[Assignment]:
-    """`a`'s kind cuts (kind_cuts), each repaired to fit, its recomputation
-    chosen and climbed as a kick's plan is; those that fit, in kind_cuts'
-    order."""
+    """Plans from re-cut layouts of `a` (layers per chunk), each repaired to
+    fit, its recomputation chosen and climbed as a kick's plan is; those
+    that fit, in the layouts' order."""
     plans = []
-    for per_chunk in kind_cuts(problem, a):
+    for per_chunk in layouts:
         plan = _climbed(
             problem, repair(problem, layers_in_order(problem, per_chunk)), a, deadline_s
         )
@@ -371,16 +371,20 @@ def kind_cut_plans(
     return plans
 
 
+def kind_cut_plans(
+    problem: Problem, a: Assignment, deadline_s: float | None = None
+) -> list[Assignment]:
+    """`a`'s kind cuts (kind_cuts), each repaired to fit, its recomputation
+    chosen and climbed as a kick's plan is; those that fit, in kind_cuts'
+    order."""
+    return _cut_plans(problem, a, kind_cuts(problem, a), deadline_s)
+
+
 def _best_even_cut(problem: Problem, a: Assignment, deadline_s: float | None) -> Assignment | None:
     """The fastest of `a`'s even cuts (even_cuts), each repaired to fit,
     its recomputation chosen and climbed as a kick's plan is; None if none
     fits."""
-    plans = []
-    for per_chunk in even_cuts(problem, a):
-        layers = repair(problem, layers_in_order(problem, per_chunk))
-        plan = _climbed(problem, layers, a, deadline_s)
-        if plan is not None:
-            plans.append(plan)
+    plans = _cut_plans(problem, a, even_cuts(problem, a), deadline_s)
     return fastest_first(problem, plans)[0][0] if plans else None
 
 
