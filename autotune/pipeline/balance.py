@@ -162,11 +162,12 @@ def _improve(
     enough_s: float = 0.0,
     budget_scale: float = 1.0,
 ) -> Assignment:
-    """One-layer moves from each of `starts`, then chains of rounds of kicks
-    and moves (perturb.iterated_chains, at most `rounds` per chain, their
-    work budgets times `budget_scale`; on two cores also with shifted seeds
-    in a second process, portfolio.chains_on_cores), the
-    first from the best climbed start and the next from the others (both
+    """One-layer moves from each of `starts`, then (with rounds) the best
+    climbed start's kind cuts (perturb.kind_cut_plans), then chains of
+    rounds of kicks and moves (perturb.iterated_chains, at most `rounds` per
+    chain, their work budgets times `budget_scale`; on two cores also with
+    shifted seeds in a second process, portfolio.chains_on_cores), the
+    first from the fastest of those plans and the next from the others (both
     until `deadline_s`; no new chain once a plan is within `enough_s`),
     then (CBC only) the MILP with the layer counts fixed. Each start is
     climbed because the best start is not always the best after the climb:
