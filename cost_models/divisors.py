@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import lru_cache
 
 _SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47)
 # Miller-Rabin with these bases is exact below 3.3e24 (Sorenson and Webster 2015);
@@ -72,6 +73,11 @@ def _pollard_rho(n: int, rng: random.Random) -> int:
 
 def prime_factors(n: int) -> dict[int, int]:
     """`{prime: exponent}` of the positive integer `n`."""
+    return dict(_prime_factors(n))
+
+
+@lru_cache(maxsize=65536)
+def _prime_factors(n: int) -> tuple[tuple[int, int], ...]:
     if n < 1:
         raise ValueError(f"prime_factors needs a positive integer, got {n}")
     factors: dict[int, int] = {}
@@ -88,13 +94,18 @@ def prime_factors(n: int) -> dict[int, int]:
             continue
         d = _pollard_rho(m, rng)
         stack.extend((d, m // d))
-    return factors
+    return tuple(factors.items())
 
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
     """Every divisor of the positive integer `n` that is <= `limit` (all of
     them when None), ascending. Raises ValueError if there would be more
     than MAX_DIVISORS."""
+    return list(_divisors(n, limit))
+
+
+@lru_cache(maxsize=65536)
+def _divisors(n: int, limit: int | None) -> tuple[int, ...]:
     result = [1]
     for p, e in prime_factors(n).items():
         grown = []
@@ -108,4 +119,4 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
         result = grown
         if len(result) > MAX_DIVISORS:
             raise ValueError(f"{n} has more than {MAX_DIVISORS} divisors")
-    return sorted(result)
+    return tuple(sorted(result))

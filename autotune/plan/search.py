@@ -10,13 +10,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from autotune.errors import InputError, NoFeasiblePlanError
 from autotune.plan.context import SearchContext, check_calibration, search_context
-from autotune.plan.dataflow import GemmShape, Stationary, size_rule, table1, tensor_layouts
+from autotune.plan.dataflow import Stationary, size_rule, tensor_layouts
 from autotune.plan.fit_range import fit_range_warnings
 from autotune.plan.layers import FCLayer, fc_layers
+from autotune.plan.options import (
+    LayerOption,
+    OptionKey,
+    PricingContext,
+    price_layer_options,
+)
 from autotune.plan.phase1 import Selection, Transpose, select
 from autotune.plan.results import (
     DataflowComparison,
@@ -27,18 +31,14 @@ from autotune.plan.results import (
     PlanResult,
 )
 from autotune.specs.cluster import ClusterSpec
-from autotune.specs.plan_input import DataflowPolicy, PlanInput, SliceScope
+from autotune.specs.plan_input import DataflowPolicy, PlanInput
 from cost_models import (
     Axis,
     CollectiveOp,
     MeshShape,
     TimeBreakdown,
     meshslice_estimate,
-    meshslice_times,
-    sharding_violation,
-    slice_count_violation,
     transpose_cost,
-    valid_slice_counts,
 )
 from cost_models.divisors import divisors
 
@@ -90,92 +90,64 @@ def mesh_shapes(cluster: ClusterSpec, tp_chips: int, file: str | None = None) ->
     return shapes
 
 
-def _gemm_mesh(shape: GemmShape, mesh: MeshShape) -> MeshShape:
-    return mesh.transposed() if shape.transposed else mesh
-
-
-def gemm_slice_options(
-    shape: GemmShape, mesh: MeshShape, ctx: SearchContext
-) -> tuple[list[int], np.ndarray | None, str | None]:
-    """Valid slice counts of a GEMM, their predicted times, or why none."""
-    m = _gemm_mesh(shape, mesh)
-    valid = valid_slice_counts(
-        shape.dataflow, shape.m, shape.n, shape.k, m, ctx.block, ctx.max_slices
+def pricing_context(mesh: MeshShape, ctx: SearchContext) -> PricingContext:
+    """What :func:`price_layer_options` needs of a search context placed on `mesh`."""
+    return PricingContext(
+        mesh=mesh,
+        comm=ctx.comm,
+        compute=ctx.compute,
+        element_bytes=ctx.element_bytes,
+        block=ctx.block,
+        max_slices=ctx.max_slices,
+        overlap_slowdown=ctx.overlap_slowdown,
+        scope=ctx.scope,
     )
-    if not valid:
-        why = sharding_violation(shape.dataflow, shape.m, shape.n, shape.k, m) or (
-            slice_count_violation(shape.dataflow, shape.m, shape.n, shape.k, m, ctx.block, 1)
-        )
-        return [], None, f"{shape.gemm_pass.value} {shape.dataflow.value}: {why}"
-    times = meshslice_times(
-        shape.dataflow,
-        shape.m,
-        shape.n,
-        shape.k,
-        mesh,
-        valid,
-        ctx.element_bytes,
-        ctx.comm,
-        ctx.compute,
-        shape.transposed,
-        ctx.overlap_slowdown,
-    )["total_s"]
-    return valid, times, None
 
 
 class MeshEvaluator:
-    """Prices layer options on one mesh shape, with a cache."""
+    """Prices layer options on one mesh shape (all at once, plan/options.py)
+    and checks the attention core's locality for phase 1."""
 
     def __init__(
-        self, inp: PlanInput, layers: Sequence[FCLayer], mesh: MeshShape, ctx: SearchContext
+        self,
+        inp: PlanInput,
+        layers: Sequence[FCLayer],
+        mesh: MeshShape,
+        ctx: SearchContext,
+        options: dict[OptionKey, LayerOption | str] | None = None,
     ) -> None:
         self.inp, self.layers, self.mesh, self.ctx = inp, layers, mesh, ctx
-        self._cache: dict[tuple[int, Stationary, bool], tuple[float, tuple[int, ...]] | str] = {}
+        self._options = options
+        self._transposes: dict[Transpose, float] = {}
 
-    def option(
-        self, idx: int, st: Stationary, transposed: bool
-    ) -> tuple[float, tuple[int, ...]] | str:
-        """(seconds for the layer's 3 GEMMs once, their slice counts) or a reason."""
-        key = (idx, st, transposed)
-        if key not in self._cache:
-            self._cache[key] = self._price(idx, st, transposed)
-        return self._cache[key]
+    @property
+    def options(self) -> dict[OptionKey, LayerOption | str]:
+        """Every layer option's price or reason (computed on first use)."""
+        if self._options is None:
+            context = pricing_context(self.mesh, self.ctx)
+            self._options = price_layer_options([self.layers], context)[0]
+        return self._options
 
-    def _price(self, idx: int, st: Stationary, transposed: bool):
-        shapes = table1(self.layers[idx], st, transposed)
-        options = [gemm_slice_options(s, self.mesh, self.ctx) for s in shapes]
-        for _, _, why in options:
-            if why is not None:
-                return f"{self.layers[idx].name} {st.value}-stationary: {why}"
-        if self.ctx.scope is SliceScope.GEMM:
-            picks = [int(np.argmin(times)) for _, times, _ in options]
-            slices = tuple(valid[p] for (valid, _, _), p in zip(options, picks, strict=True))
-            total = sum(float(times[p]) for (_, times, _), p in zip(options, picks, strict=True))
-            return total, slices
-        common = sorted(set.intersection(*(set(v) for v, _, _ in options)))
-        if not common:
-            name = self.layers[idx].name
-            return f"{name} {st.value}-stationary: no slice count valid for all 3 GEMMs"
-        sums = np.zeros(len(common))
-        for valid, times, _ in options:
-            pos = {s: i for i, s in enumerate(valid)}
-            sums += np.array([times[pos[s]] for s in common])
-        best = int(np.argmin(sums))
-        return float(sums[best]), (common[best],) * 3
+    def option(self, idx: int, st: Stationary, transposed: bool) -> LayerOption | str:
+        """The layer's three GEMMs at their best slice counts, or a reason."""
+        return self.options[(idx, st, transposed)]
 
     def layer_cost(self, idx: int, st: Stationary, transposed: bool) -> float | None:
         """Seconds for the layer once, or None when infeasible."""
         opt = self.option(idx, st, transposed)
-        return None if isinstance(opt, str) else opt[0]
+        return None if isinstance(opt, str) else opt.total_s
 
     def transpose_s(self, t: Transpose) -> float:
         """Seconds of one transpose of the activation `t` on this mesh
         (infinite when the calibration cannot price a send-recv)."""
-        if not all(self.ctx.comm.has(CollectiveOp.SEND_RECV, axis) for axis in Axis):
-            return math.inf
-        return transpose_cost(
-            t.rows, t.cols, self.ctx.element_bytes, self.mesh, self.ctx.comm
-        ).total_s
+        if t not in self._transposes:
+            if not all(self.ctx.comm.has(CollectiveOp.SEND_RECV, axis) for axis in Axis):
+                self._transposes[t] = math.inf
+            else:
+                self._transposes[t] = transpose_cost(
+                    t.rows, t.cols, self.ctx.element_bytes, self.mesh, self.ctx.comm
+                ).total_s
+        return self._transposes[t]
 
     def attention_check(self, state: bool) -> str | None:
         """Why the attention core would need communication with QKV's output
@@ -212,25 +184,22 @@ def _layer_plans(ev: MeshEvaluator, sel: Selection) -> tuple[LayerPlan, ...]:
         opt = ev.option(idx, st, transposed)
         assert not isinstance(opt, str)
         gemms = []
-        for shape, s in zip(table1(layer, st, transposed), opt[1], strict=True):
-            m = _gemm_mesh(shape, ev.mesh)
-            valid = valid_slice_counts(
-                shape.dataflow, shape.m, shape.n, shape.k, m, ev.ctx.block, ev.ctx.max_slices
-            )
+        for choice in opt.gemms:
+            shape = choice.shape
             est = meshslice_estimate(
                 shape.dataflow,
                 shape.m,
                 shape.n,
                 shape.k,
                 ev.mesh,
-                s,
+                choice.num_slices,
                 ev.ctx.element_bytes,
                 ev.ctx.comm,
                 ev.ctx.compute,
                 shape.transposed,
                 ev.ctx.overlap_slowdown,
             )
-            gemms.append(GemmPlan(shape, s, tuple(valid), est))
+            gemms.append(GemmPlan(shape, choice.num_slices, choice.valid_slice_counts, est))
         plans.append(
             LayerPlan(
                 layer,
