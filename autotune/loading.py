@@ -17,14 +17,15 @@ from autotune.safe_load import parse_json, parse_yaml, read_bytes
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
+from autotune.specs.job import Constraints, JobInput, TrainingInput
 from autotune.specs.model import ModelSpec
-from autotune.specs.plan_input import PlanInput, SearchSpec
-from autotune.specs.training import TrainingSpec
+from autotune.specs.plan_input import SearchSpec
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
+_UNION_TAG = re.compile(r"^(constrained-\w+|literal\[.*\]|list\[.*\]|int|float|str|bool|none)$")
 
 DEFAULT_CLUSTER = "tpu-v4-256"
-PLAN_KEYS = ("model", "training", "cluster", "calibration", "search")
+PLAN_KEYS = ("model", "training", "cluster", "calibration", "search", "constraints")
 
 
 def _preset_dir(kind: str) -> Path:
@@ -170,7 +171,9 @@ def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: st
         return model.model_validate(data)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        loc = [str(x) for x in error.get("loc", ())]
+        # pydantic names the member of a union that failed (`constrained-int`,
+        # `literal['auto']`, `list[...]`): not part of the field's path
+        loc = [str(x) for x in error.get("loc", ()) if not _UNION_TAG.match(str(x))]
         field = ".".join([p for p in [prefix, *loc] if p]) or None
         message = str(error.get("msg", "invalid value"))
         message = message.removeprefix("Value error, ")
@@ -262,16 +265,50 @@ def load_model_spec(
     return _load_yaml_ref(ref, "models", "model", ModelSpec, base, file)
 
 
-_NODE_COUNT = re.compile(r"^(?P<base>[a-z0-9][a-z0-9.-]*?)-(?P<nodes>[1-9][0-9]*)n$")
+_COUNTED = re.compile(r"^(?P<base>[a-z0-9][a-z0-9.-]*?)-(?P<count>[1-9][0-9]*)(?P<unit>[ns])$")
 
 
-def _node_count_ref(ref: str) -> tuple[Path, int] | None:
-    """`BASE-<N>n` where BASE is a bundled node preset: its file and N."""
-    m = _NODE_COUNT.match(ref)
+def _counted_ref(ref: str) -> tuple[Path, int, str] | None:
+    """`BASE-<N>n` (N nodes) or `BASE-<N>s` (N slices) where BASE is a
+    bundled preset: its file, N and the unit letter."""
+    m = _COUNTED.match(ref)
     if m is None:
         return None
     preset = _preset_dir("clusters") / f"{m['base']}.yaml"
-    return (preset, int(m["nodes"])) if _exists(preset) else None
+    return (preset, int(m["count"]), m["unit"]) if _exists(preset) else None
+
+
+def _counted_cluster(ref: str, path: Path, count: int, unit: str) -> dict[str, Any]:
+    """The preset at `path` with `count` nodes or slices, as a mapping."""
+    data = load_mapping(path)
+    if unit == "n":
+        node = data.get("node")
+        if not isinstance(node, dict) or not isinstance(node.get("chips_per_node"), int):
+            raise InputError(
+                "has no node.chips_per_node, so a node count cannot be set by name",
+                file=str(path),
+                field="node.chips_per_node",
+                fix=f"use the preset {path.stem} and set num_chips in the plan file",
+            )
+        return {**data, "name": str(ref), "num_chips": count * node["chips_per_node"]}
+    torus, dcn = data.get("torus"), data.get("dcn")
+    dims = torus.get("dims") if isinstance(torus, dict) else None
+    if not isinstance(dcn, dict) or not isinstance(dims, list):
+        raise InputError(
+            "has no torus and dcn blocks, so a slice count cannot be set by name",
+            file=str(path),
+            field="dcn",
+            fix=f"use a TPU slice preset with `dcn:` (e.g. tpu-v5p-256-{count}s)",
+        )
+    chips = 1
+    for d in dims:
+        chips *= int(d) if isinstance(d, int) else 0
+    return {
+        **data,
+        "name": str(ref),
+        "num_chips": count * chips,
+        "dcn": {**dcn, "num_slices": count},
+    }
 
 
 def load_cluster_spec(
@@ -281,28 +318,22 @@ def load_cluster_spec(
     (`file` and `field`: the file and key or option naming it, for errors).
 
     `BASE-<N>n` (e.g. `h100-hgx-32n`) is the node preset BASE with N nodes:
-    its `num_chips` becomes N times its `node.chips_per_node`."""
-    counted = _node_count_ref(str(ref))
+    its `num_chips` becomes N times its `node.chips_per_node`. `BASE-<N>s`
+    (e.g. `tpu-v5p-256-4s`) is N slices of the TPU slice preset BASE joined
+    by its data-center network (`dcn`)."""
+    counted = _counted_ref(str(ref))
     if counted is not None and not _exists(_preset_dir("clusters") / f"{ref}.yaml"):
-        path, nodes = counted
-        data = load_mapping(path)
-        node = data.get("node")
-        if not isinstance(node, dict) or not isinstance(node.get("chips_per_node"), int):
-            raise InputError(
-                "has no node.chips_per_node, so a node count cannot be set by name",
-                file=str(path),
-                field="node.chips_per_node",
-                fix=f"use the preset {path.stem} and set num_chips in the plan file",
-            )
-        data = {**data, "name": str(ref), "num_chips": nodes * node["chips_per_node"]}
+        path, count, unit = counted
+        data = _counted_cluster(str(ref), path, count, unit)
         return validate_spec(ClusterSpec, data, file=str(path)), str(ref)
     spec = _load_yaml_ref(ref, "clusters", "cluster", ClusterSpec, base, file, field)
     return spec, str(ref)
 
 
 def cluster_file(ref: str, base: Path | None = None) -> Path | None:
-    """The file behind a cluster reference (preset, `BASE-<N>n` or path), if any."""
-    counted = _node_count_ref(ref)
+    """The file behind a cluster reference (preset, `BASE-<N>n`, `BASE-<N>s`
+    or path), if any."""
+    counted = _counted_ref(ref)
     path = _resolve_ref(ref, "clusters", base)
     if not _exists(path) and counted is not None:
         path = counted[0]
@@ -360,11 +391,12 @@ def load_plan_input(
     cluster_override: str | None = None,
     calibration_override: str | None = None,
     model_override: str | None = None,
-) -> PlanInput:
+) -> JobInput:
     """Read a plan file: `model` (preset, YAML or Hugging Face config.json
-    path, or mapping), `training`, optional `cluster` (preset, path or
-    mapping), `calibration` and `search`. `--model`, `--cluster` and
-    `--calibration` flags override the file."""
+    path, or mapping), `training` (degrees pinned or searched), optional
+    `cluster` (preset, path or mapping), `calibration`, `search` and
+    `constraints`. `--model`, `--cluster` and `--calibration` flags override
+    the file."""
     path = Path(path)
     data = load_mapping(path)
     file = str(path)
@@ -379,13 +411,13 @@ def load_plan_input(
     base = path.parent
 
     if model_override is not None:
-        model = load_model_spec(model_override, None)
+        model = load_model_spec(model_override, None, None)
     elif "model" not in data:
         raise InputError(
             "is required",
             file=file,
             field="model",
-            fix="add `model:` with a preset name or the model's fields",
+            fix="add `model:` with a preset name, a config.json path or the model's fields",
         )
     elif isinstance(data["model"], dict):
         model = validate_spec(ModelSpec, data["model"], file=file, prefix="model")
@@ -393,7 +425,7 @@ def load_plan_input(
         model = load_model_spec(data["model"], base, file)
     else:
         raise InputError(
-            "must be a preset name or a mapping",
+            "must be a preset name, a path or a mapping",
             file=file,
             field="model",
             value=data["model"],
@@ -415,7 +447,7 @@ def load_plan_input(
             value=data["training"],
             fix="see examples/gpt3.yaml",
         )
-    training = validate_spec(TrainingSpec, data["training"], file=file, prefix="training")
+    training = validate_spec(TrainingInput, data["training"], file=file, prefix="training")
 
     cluster_src: Any = (
         cluster_override if cluster_override is not None else data.get("cluster", DEFAULT_CLUSTER)
@@ -464,24 +496,26 @@ def load_plan_input(
             cluster.calibration, cluster_base, cluster_ref
         )
 
-    search_data = data.get("search", {}) or {}
-    if not isinstance(search_data, dict):
-        raise InputError(
-            "must be a mapping",
-            file=file,
-            field="search",
-            value=search_data,
-            fix="e.g. `search: {dataflow: cost}`",
-        )
-    search = validate_spec(SearchSpec, search_data, file=file, prefix="search")
+    sections: dict[str, Any] = {}
+    for key, model_type, example in (
+        ("search", SearchSpec, "`search: {dataflow: cost}`"),
+        ("constraints", Constraints, "`constraints: {max_pipeline_stages: 16}`"),
+    ):
+        section = data.get(key, {}) or {}
+        if not isinstance(section, dict):
+            raise InputError(
+                "must be a mapping", file=file, field=key, value=section, fix=f"e.g. {example}"
+            )
+        sections[key] = validate_spec(model_type, section, file=file, prefix=key)
 
-    return PlanInput(
+    return JobInput(
         model=model,
         training=training,
         cluster=cluster,
         chip=load_chip_for(cluster, cluster_base),
         calibration=calibration,
-        search=search,
+        search=sections["search"],
+        constraints=sections["constraints"],
         source_file=file,
         cluster_ref=cluster_ref,
         calibration_ref=calibration_ref,

@@ -44,6 +44,13 @@ ICI_LATENCY = {
     "send_recv": (13e-6, 50e-6),
 }
 TPU_GEMM_EFFICIENCY = 0.90
+# TPU multi-slice: chips of different slices talk over their hosts' NICs
+# (the data-center network). Per-chip rate = the host's NIC bandwidth over
+# its chips: JAX scaling book "How to think about TPUs" (jax-ml/scaling-book
+# tpus.md @ 04d8de58: "DCN bandwidth is typically around 2.5e10 bytes /
+# second per host"; v5p hosts 2x2x1 = 4 chips) and Google Cloud's TPU v6e
+# page (NICs per host: v5e 2 x 100 Gb/s, v6e 4 x 200 Gb/s; 8 chips a host).
+# Efficiency and latencies as the GPUs' NICs (assumed, not measured on TPU).
 
 LATENCY_NOTE_GPU = (
     "Latencies: NCCL's small-message floor of ~35 us on 8 NVSwitch-connected H100s "
@@ -85,14 +92,19 @@ def _links(
     return out
 
 
-def _tpu_links(link_bps: float) -> dict:
+def _tpu_links(link_bps: float, dcn_bps: float) -> dict:
     return {
         op: {
             "torus": {
                 "launch_s": ICI_LATENCY[op][0],
                 "sync_s": ICI_LATENCY[op][1],
                 "link_bytes_per_s": link_bps * ICI_EFFICIENCY,
-            }
+            },
+            "dcn": {
+                "launch_s": NIC_LAUNCH_S,
+                "sync_s": NIC_SYNC_S,
+                "link_bytes_per_s": dcn_bps * NIC_EFFICIENCY,
+            },
         }
         for op in OPS
     }
@@ -150,17 +162,27 @@ def _gpu(
     return _doc(name, source, links, peak_tflops * 1e12, gemm_eff, GPU_OVERLAP_SLOWDOWN)
 
 
-def _tpu(name: str, chip: str, link_gbps: float, peak_tflops: float) -> dict:
+def _tpu(
+    name: str, chip: str, link_gbps: float, peak_tflops: float, dcn_gbps: float, dcn_note: str
+) -> dict:
     source = (
         f"Nominal ({chip}: JAX scaling book TPU tables x stated efficiency; nothing fitted). ICI "
         f"{link_gbps:g} GB/s per link per direction x {ICI_EFFICIENCY} (the MeshSlice authors' "
         f"TPU v4 col-axis fit reaches 89% of 2 x 45 GB/s); compute {peak_tflops:g} TFLOP/s bf16 x "
         f"{TPU_GEMM_EFFICIENCY}. WARNING: launch and sync latencies are TPU v4's (the MeshSlice "
         "authors' autotuner: all-gather 13/5 us, reduce-scatter 26/5 us, send-recv 13/50 us), "
-        "not measured on this chip. Overlap slowdown 1.0 (the paper's TPU assumption)."
+        "not measured on this chip. Overlap slowdown 1.0 (the paper's TPU assumption). "
+        f"Data-center network between slices: {dcn_gbps:g} GB/s per chip ({dcn_note}) x "
+        f"{NIC_EFFICIENCY}, launch {NIC_LAUNCH_S * 1e6:g} us and {NIC_SYNC_S * 1e6:g} us per "
+        "ring step (assumed as for GPU NICs, not measured)."
     )
     return _doc(
-        name, source, _tpu_links(link_gbps * 1e9), peak_tflops * 1e12, TPU_GEMM_EFFICIENCY, 1.0
+        name,
+        source,
+        _tpu_links(link_gbps * 1e9, dcn_gbps * 1e9),
+        peak_tflops * 1e12,
+        TPU_GEMM_EFFICIENCY,
+        1.0,
     )
 
 
@@ -218,9 +240,30 @@ CALIBRATIONS = {
         "roughly half the dense peak (assumed 0.5). RCCL latencies "
         "assumed equal to NCCL's.",
     ),
-    "tpu_v5p_nominal.json": _tpu("tpu-v5p-nominal", "TPU v5p", 90, 459),
-    "tpu_v5e_nominal.json": _tpu("tpu-v5e-nominal", "TPU v5e", 45, 197),
-    "tpu_v6e_nominal.json": _tpu("tpu-v6e-nominal", "TPU v6e", 90, 918),
+    "tpu_v5p_nominal.json": _tpu(
+        "tpu-v5p-nominal",
+        "TPU v5p",
+        90,
+        459,
+        6.25,
+        "JAX scaling book: ~2.5e10 B/s per host of 4 chips",
+    ),
+    "tpu_v5e_nominal.json": _tpu(
+        "tpu-v5e-nominal",
+        "TPU v5e",
+        45,
+        197,
+        3.125,
+        "Google Cloud TPU v6e page: 2 x 100 Gb/s NICs per v5e host of 8 chips",
+    ),
+    "tpu_v6e_nominal.json": _tpu(
+        "tpu-v6e-nominal",
+        "TPU v6e",
+        90,
+        918,
+        12.5,
+        "Google Cloud TPU v6e page: 4 x 200 Gb/s NICs per host of 8 chips",
+    ),
 }
 
 

@@ -25,7 +25,10 @@ class ResourceKind(str, Enum):
     SWITCHED = "switched"
     FULLY_CONNECTED = "fully_connected"
     SCALE_OUT = "scale_out"
+    DCN = "dcn"  # the data-center network between TPU slices
     CALIBRATED_AXIS = "axis"  # an original torus file: each axis calibrated on its own
+    # the cluster file's own data-parallel / pipeline link figures
+    CLUSTER_FIGURES = "cluster"
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,33 @@ def _calibrated(axis: Axis, mesh: MeshShape) -> AxisPlacement:
     )
 
 
+def take_dims(
+    remaining: list[list[int]], need: int, dims: list[int]
+) -> tuple[list[tuple[int, int, bool]], int]:
+    """Lay `need` chips on the torus dimensions left in `remaining` (`[dim
+    index, chips left]` pairs of the torus `dims`, innermost last),
+    innermost first: a dimension whose chips left divide what is still
+    needed is taken whole, one that what is needed divides is taken in part
+    (its rest stays for the next axis); stop at the first that neither
+    divides. Returns the parts taken (dim index, chips, whether that is the
+    whole dimension) and what could not be laid (1 when everything fits).
+    `remaining` is updated in place."""
+    parts: list[tuple[int, int, bool]] = []
+    while need > 1 and remaining:
+        idx, left = remaining[-1]
+        if need % left == 0:
+            parts.append((idx, left, left == dims[idx]))
+            need //= left
+            remaining.pop()
+        elif left % need == 0:
+            parts.append((idx, need, False))
+            remaining[-1][1] = left // need
+            need = 1
+        else:
+            break
+    return parts, need
+
+
 def _torus(cluster: Cluster, mesh: MeshShape) -> MeshPlacement:
     """Col takes the last torus dimensions, row the next: a whole dimension
     with wraparound gives 2 links (a bidirectional ring), a whole one
@@ -104,21 +134,7 @@ def _torus(cluster: Cluster, mesh: MeshShape) -> MeshPlacement:
     remaining = [[i, d] for i, d in enumerate(t.dims)]  # dims not yet used, innermost last
     used: dict[Axis, list[tuple[int, int, bool]]] = {}
     for axis in (Axis.COL, Axis.ROW):
-        need = mesh.size(axis)
-        parts: list[tuple[int, int, bool]] = []
-        while need > 1 and remaining:
-            idx, left = remaining[-1]
-            if need % left == 0:
-                whole = left == t.dims[idx]
-                parts.append((idx, left, whole))
-                need //= left
-                remaining.pop()
-            elif left % need == 0:
-                parts.append((idx, need, False))
-                remaining[-1][1] = left // need
-                need = 1
-            else:
-                break
+        parts, need = take_dims(remaining, mesh.size(axis), list(t.dims))
         used[axis] = parts if need == 1 else []
     placements = {}
     for axis in Axis:

@@ -1,5 +1,24 @@
-"""One block and the two ends (embedding; final norm, logits and loss) for
-one micro-batch on one chip: times and the bytes they keep."""
+"""One transformer block and the two ends of the model (embedding; final
+norm, logits and loss) for one micro-batch on one chip, per tensor mesh and
+micro-batch size: seconds, and the bytes they keep.
+
+Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
+
+- FC layers: :mod:`autotune.job.fc` (MeshSlice plan or Megatron 1D).
+- Attention core: a flash kernel costs `4 b nh s^2 d / 2 / t` FLOPs forward
+  (the causal half, cost_models.transformer_flops) at the attention rate and
+  2.5 forwards backward (`FLASH_BACKWARD_GEMMS / 2`); unfused, the batched
+  `s x s x d` GEMMs run by the GEMM model with a 2x backward.
+- Memory-bound ops (norms, residual adds, dropouts, rotary, the FFN
+  activation, the unfused core's softmax and dropout) over HBM:
+  cost_models.elementwise with its per-token bytes.
+- Recomputation adds to the backward: selective the unfused core's forward
+  with its softmax and dropout (nothing under flash, whose kernel recomputes
+  the scores anyway), full the block's whole forward.
+- Activations kept per recomputation mode: the Korthikanti et al. 2022
+  inventory (cost_models.activations); under MeshSlice every activation is
+  split over the mesh (sequence-parallel in effect).
+"""
 
 from __future__ import annotations
 
@@ -8,57 +27,19 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from autotune.job.fc import FcTimes
-from autotune.job.hardware import JobHardware
-from autotune.job.result import LayerTimes
+from autotune.job.fc import FcBlock
+from autotune.job.hardware import HardwareView
+from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
-from autotune.specs.training import AttentionKernel, Recompute, TrainingSpec
-from cost_models import Axis, CollectiveOp, ComputeModel, ring_collective_s
+from autotune.specs.training import AttentionKernel, FcAlgorithm
+from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, ring_collective_s
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
-from cost_models.elementwise import (
-    block_elementwise_ops,
-    elementwise_s,
-    loss_bytes_per_token,
-)
+from cost_models.elementwise import block_elementwise_ops, elementwise_s, loss_bytes_per_token
 from cost_models.transformer_flops import (
     FLASH_BACKWARD_GEMMS,
     attention_core_forward_flops,
     block_matrix_params,
 )
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """The quantities every term below shares."""
-
-    tp: int
-    element_bytes: int
-    grad_bytes: int
-    sequence_parallel: bool
-    flash: bool
-    tokens: int  # per micro-batch
-    vocab_split: int  # chips the vocabulary is split over (a ring)
-    token_split: int  # chips the tokens are split over at the ends
-
-
-def step_shape(
-    training: TrainingSpec, tp: int, mesh_rows: int, mesh_cols: int, meshslice: bool
-) -> StepShape:
-    """Shared inputs. MeshSlice splits every activation over the whole mesh,
-    so it behaves as sequence-parallel for the memory-bound ops; its ends
-    split the vocabulary over the feature (column) axis and the tokens over
-    the row axis. Megatron splits the vocabulary over all `tp` chips."""
-    e = training.dtype.num_bytes
-    return StepShape(
-        tp=tp,
-        element_bytes=e,
-        grad_bytes=4 if training.fp32_gradients else e,
-        sequence_parallel=True if meshslice else training.sequence_parallel,
-        flash=training.attention is AttentionKernel.FLASH,
-        tokens=training.tokens_per_micro_batch,
-        vocab_split=mesh_cols if meshslice else tp,
-        token_split=mesh_rows if meshslice else 1,
-    )
 
 
 def block_shape(model: ModelSpec, sequence_length: int) -> BlockShape:
@@ -115,95 +96,35 @@ def logits_gemm_s(
     return forward, backward
 
 
-def layer_times(
-    model: ModelSpec, training: TrainingSpec, fc: FcTimes, hw: JobHardware, sh: StepShape
-) -> LayerTimes:
-    """Forward and backward seconds of one block for one micro-batch.
+@dataclass(frozen=True)
+class BlockFigures:
+    """One block, one micro-batch, one chip (seconds, bytes). Recomputation
+    modes are indexed as RECOMPUTE_MODES (none, selective, full)."""
 
-    Attention core: flash (causal half, `FLOPs / attention rate`, backward
-    2.5 forwards with the recomputation of the scores inside) or unfused
-    (batched `s x s x d` GEMMs at the GEMM rate, no causal skipping, backward
-    two forwards; softmax and dropout as memory-bound ops). Recomputation
-    adds to the backward: selective the unfused core's forward (a flash
-    kernel recomputes anyway), full the block's whole forward.
-    """
-    b, s = training.micro_batch_sequences, training.sequence_length
-    nh, d = model.num_heads, model.head_dim
-    if sh.flash:
-        flops = attention_core_forward_flops(b, s, nh, d, causal=True) / sh.tp
-        attn_f = flops / hw.attention_flops_per_s
-        attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
-    else:
-        attn_f = float(unfused_attention_forward_s(hw.gemm, b, nh, s, d, sh.tp))
-        attn_b = 2.0 * attn_f
-    ops = block_elementwise_ops(
-        model.hidden_size,
-        model.attention_width,
-        model.kv_heads * d,
-        model.ffn_size,
-        model.ffn_kind is FfnKind.SWIGLU,
-        nh,
-        s,
-        sh.element_bytes,
-        training.dropout,
-        model.position_encoding is PositionEncoding.ROTARY,
-        sh.flash,
-    )
-    args = (sh.tokens, sh.tp, sh.sequence_parallel, hw.hbm_bytes_per_s)
-    ew_f = elementwise_s(ops, *args, forward=True)
-    ew_b = elementwise_s(ops, *args, forward=False)
-    if training.recompute is Recompute.FULL:
-        recompute = fc.forward_s + attn_f + ew_f
-    elif training.recompute is Recompute.SELECTIVE and not sh.flash:
-        core_ops = tuple(op for op in ops if op.name in ("softmax", "attention dropout"))
-        recompute = attn_f + elementwise_s(core_ops, *args, forward=True)
-    else:
-        recompute = 0.0
-    return LayerTimes(
-        fc_forward_s=fc.forward_s,
-        fc_backward_s=fc.backward_s,
-        fc_exposed_comm_s=fc.exposed_comm_s,
-        attention_forward_s=attn_f,
-        attention_backward_s=attn_b,
-        elementwise_forward_s=ew_f,
-        elementwise_backward_s=ew_b,
-        recompute_s=recompute,
-    )
+    fc: FcBlock
+    attention_forward_s: float
+    attention_backward_s: float
+    elementwise_forward_s: float
+    elementwise_backward_s: float
+    recompute_s: tuple[float, float, float]
+    activation_bytes: tuple[float, float, float]
+    params_per_chip: float
 
+    @property
+    def forward_s(self) -> float:
+        """FC + attention core + memory-bound ops, forward."""
+        return self.fc.forward_s + self.attention_forward_s + self.elementwise_forward_s
 
-def layer_params_per_chip(model: ModelSpec, tp: int) -> float:
-    """FC weights of a block split over `tp` chips, plus its two norm weight
-    vectors (replicated)."""
-    p = block_matrix_params(
-        model.hidden_size,
-        model.num_heads,
-        model.kv_heads,
-        model.head_dim,
-        model.ffn_size,
-        model.ffn_kind is FfnKind.SWIGLU,
-    )
-    return p / tp + 2 * model.hidden_size
-
-
-def layer_activation_bytes(model: ModelSpec, training: TrainingSpec, sh: StepShape) -> float:
-    """Bytes one block keeps per micro-batch on one chip (Korthikanti et al.
-    2022 inventory, cost_models.activations)."""
-    per_token = layer_activation_bytes_per_token(
-        training.recompute.value,
-        block_shape(model, training.sequence_length),
-        sh.element_bytes,
-        sh.tp,
-        sh.sequence_parallel,
-        training.dropout,
-        sh.flash,
-    )
-    return per_token * sh.tokens
+    @property
+    def backward_s(self) -> float:
+        """The same backward, without recomputation."""
+        return self.fc.backward_s + self.attention_backward_s + self.elementwise_backward_s
 
 
 @dataclass(frozen=True)
-class Ends:
+class EndFigures:
     """Embedding (first stage) and final norm + logits + loss (last stage)
-    per micro-batch: seconds, parameters per chip, transient bytes."""
+    per micro-batch on one chip: seconds, parameters, transient bytes."""
 
     head_forward_s: float
     head_backward_s: float
@@ -214,49 +135,172 @@ class Ends:
     tail_transient_bytes: float
 
 
-def ends(model: ModelSpec, training: TrainingSpec, hw: JobHardware, sh: StepShape) -> Ends:
+def sequence_parallel(training: TrainingInput) -> bool:
+    """Whether activations outside the FC layers are split over the tensor
+    chips: always under MeshSlice (its 2D split), the plan's choice under
+    Megatron 1D."""
+    return training.fc_algorithm is FcAlgorithm.MESHSLICE or training.sequence_parallel
+
+
+def activation_bytes_per_mode(
+    model: ModelSpec, training: TrainingInput, tp: int, mbs: int
+) -> tuple[float, float, float]:
+    """Bytes one block keeps per micro-batch on one chip, per recomputation
+    mode (none, selective, full): the Korthikanti et al. 2022 inventory
+    (cost_models.activations) for `mbs` sequences on `tp` chips."""
+    tokens = mbs * training.sequence_length
+    shape = block_shape(model, training.sequence_length)
+    flash = training.attention is AttentionKernel.FLASH
+    sp = sequence_parallel(training)
+    e = training.dtype.num_bytes
+    a = [
+        tokens * layer_activation_bytes_per_token(mode, shape, e, tp, sp, training.dropout, flash)
+        for mode in RECOMPUTE_MODES
+    ]
+    return float(a[0]), float(a[1]), float(a[2])
+
+
+def block_params_per_chip(model: ModelSpec, tp: int) -> float:
+    """FC weights of a block split over `tp` chips, plus its two norms'
+    scales (replicated): `P_block / tp + 2 h`."""
+    params = block_matrix_params(
+        model.hidden_size,
+        model.num_heads,
+        model.kv_heads,
+        model.head_dim,
+        model.ffn_size,
+        model.ffn_kind is FfnKind.SWIGLU,
+    )
+    return params / tp + 2 * model.hidden_size
+
+
+def end_memory(
+    model: ModelSpec, training: TrainingInput, rows: int, cols: int, mbs: int
+) -> tuple[float, float, float]:
+    """(head parameters, tail parameters, tail transient bytes) per chip:
+    the vocabulary shard of the embedding (with learned positions) and of
+    the output layer (with the final norm), and the logits the tail keeps
+    (`n V / ring` elements in the dtype and in fp32); see :func:`end_figures`."""
+    v, h, e = model.vocab_size, model.hidden_size, training.dtype.num_bytes
+    if v is None:
+        return 0.0, 0.0, 0.0
+    megatron = training.fc_algorithm is FcAlgorithm.MEGATRON_1D
+    ring = rows * cols if megatron else cols
+    n = mbs * training.sequence_length / (1 if megatron else rows)
+    learned = model.position_encoding is PositionEncoding.LEARNED
+    head = v * h / ring + (training.sequence_length * h if learned else 0)
+    return head, v * h / ring + h, n * (v / ring) * (e + 4.0)
+
+
+def block_figures(
+    model: ModelSpec,
+    training: TrainingInput,
+    hw: HardwareView,
+    fc: FcBlock,
+    tp: int,
+    mbs: int,
+) -> BlockFigures:
+    """Per-block times and bytes (module docstring) for `mbs` sequences per
+    micro-batch on `tp` tensor-parallel chips."""
+    s, nh, d = training.sequence_length, model.num_heads, model.head_dim
+    e = training.dtype.num_bytes
+    flash = training.attention is AttentionKernel.FLASH
+    sp = sequence_parallel(training)
+    tokens = mbs * s
+    if flash:
+        flops = attention_core_forward_flops(mbs, s, nh, d, causal=True) / tp
+        attn_f = flops / hw.attention_flops_per_s
+        attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
+    else:
+        attn_f = float(unfused_attention_forward_s(hw.gemm, mbs, nh, s, d, tp))
+        attn_b = 2.0 * attn_f
+    ops = block_elementwise_ops(
+        model.hidden_size,
+        model.attention_width,
+        model.kv_heads * d,
+        model.ffn_size,
+        model.ffn_kind is FfnKind.SWIGLU,
+        nh,
+        s,
+        e,
+        training.dropout,
+        model.position_encoding is PositionEncoding.ROTARY,
+        flash,
+    )
+    ew_f = float(elementwise_s(ops, tokens, tp, sp, hw.hbm_bytes_per_s, forward=True))
+    ew_b = float(elementwise_s(ops, tokens, tp, sp, hw.hbm_bytes_per_s, forward=False))
+    if flash:
+        selective = 0.0
+    else:
+        core = tuple(op for op in ops if op.name in ("softmax", "attention dropout"))
+        selective = attn_f + float(elementwise_s(core, tokens, tp, sp, hw.hbm_bytes_per_s, True))
+    full = fc.forward_s + attn_f + ew_f
+    return BlockFigures(
+        fc=fc,
+        attention_forward_s=attn_f,
+        attention_backward_s=attn_b,
+        elementwise_forward_s=ew_f,
+        elementwise_backward_s=ew_b,
+        recompute_s=(0.0, selective, full),
+        activation_bytes=activation_bytes_per_mode(model, training, tp, mbs),
+        params_per_chip=block_params_per_chip(model, tp),
+    )
+
+
+def end_figures(
+    model: ModelSpec,
+    training: TrainingInput,
+    hw: HardwareView,
+    comm: CommModel,
+    rows: int,
+    cols: int,
+    mbs: int,
+) -> EndFigures:
     """The vocabulary-sharded ends (Megatron-LM's vocab-parallel embedding
-    and cross-entropy):
+    and cross-entropy) for one micro-batch on one chip of a `rows x cols`
+    tensor mesh. MeshSlice splits the tokens over the rows and the
+    vocabulary over the columns; Megatron 1D the vocabulary over all chips.
 
     - embedding: every chip looks up its vocabulary shard for its tokens
       (`2 e h` bytes per token, plus `2 e h` to add learned positions), then
       the partial sums are reduce-scattered over the vocabulary ring
-      (all-gathered in backward); the backward scatters the gradient into
-      its shard (`3 e h / ring`).
-    - tail: final norm, all-gather of its output, the `T x h x V/t` logits
-      GEMM (forward, backward-data, backward-weight at the GEMM rate), the
-      gradient reduce-scatter, and the fp32 cross-entropy over the logits.
-    Without a vocabulary size both are zero.
-    """
-    v, h, e, t = model.vocab_size, model.hidden_size, sh.element_bytes, sh.tp
+      (all-gathered in backward; the col axis's links of `comm`); the
+      backward scatters the gradient into its shard (`3 e h / ring`).
+    - tail: final norm, all-gather of its output, the `T x h x V/ring`
+      logits GEMMs (logits_gemm_s), the gradient reduce-scatter, and the
+      fp32 cross-entropy over the logits (loss_bytes_per_token).
+    Without a vocabulary size both are zero."""
+    v, h, e = model.vocab_size, model.hidden_size, training.dtype.num_bytes
     if v is None:
-        return Ends(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    n = sh.tokens / sh.token_split  # tokens one chip handles at the ends
-    ring = sh.vocab_split
+        return EndFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    tp = rows * cols
+    megatron = training.fc_algorithm is FcAlgorithm.MEGATRON_1D
+    tokens = mbs * training.sequence_length
+    n = tokens / (1 if megatron else rows)  # tokens one chip handles at the ends
+    ring = tp if megatron else cols
     bw = hw.hbm_bytes_per_s
     learned = model.position_encoding is PositionEncoding.LEARNED
-    comm = 0.0
+    link_comm = 0.0
     if ring > 1:
         shard = n * h * e / ring
-        rs_link = hw.comm.link(CollectiveOp.REDUCE_SCATTER, Axis.COL)
-        rs = float(ring_collective_s(rs_link, ring, shard))
-        ag = float(ring_collective_s(hw.comm.link(CollectiveOp.ALL_GATHER, Axis.COL), ring, shard))
-        comm = rs + ag
-    head_f = n * (2 + (2 if learned else 0)) * e * h / bw + (comm / 2)
-    head_b = n * 3 * e * h / ring / bw + (comm / 2)
-    norm_split = t if sh.sequence_parallel else 1
+        rs = float(ring_collective_s(comm.link(CollectiveOp.REDUCE_SCATTER, Axis.COL), ring, shard))
+        ag = float(ring_collective_s(comm.link(CollectiveOp.ALL_GATHER, Axis.COL), ring, shard))
+        link_comm = rs + ag
+    head_f = n * (2 + (2 if learned else 0)) * e * h / bw + link_comm / 2
+    head_b = n * 3 * e * h / ring / bw + link_comm / 2
+    norm_tokens = tokens / (tp if sequence_parallel(training) else 1)
     vs = v / ring
     logits_f, logits_b = (float(x) for x in logits_gemm_s(hw.gemm, n, vs, h))
     loss_f, loss_b = loss_bytes_per_token(v, e)
-    norm_tokens = sh.tokens / norm_split
-    tail_f = norm_tokens * 2 * e * h / bw + comm / 2 + logits_f + n * loss_f / ring / bw
-    tail_b = norm_tokens * 3 * e * h / bw + comm / 2 + logits_b + n * loss_b / ring / bw
-    return Ends(
+    tail_f = norm_tokens * 2 * e * h / bw + link_comm / 2 + logits_f + n * loss_f / ring / bw
+    tail_b = norm_tokens * 3 * e * h / bw + link_comm / 2 + logits_b + n * loss_b / ring / bw
+    head_params, tail_params, tail_transient = end_memory(model, training, rows, cols, mbs)
+    return EndFigures(
         head_forward_s=head_f,
         head_backward_s=head_b,
-        head_params=v * h / ring + (training.sequence_length * h if learned else 0),
+        head_params=head_params,
         tail_forward_s=tail_f,
         tail_backward_s=tail_b,
-        tail_params=v * h / ring + h,
-        tail_transient_bytes=n * vs * (e + 4.0),
+        tail_params=tail_params,
+        tail_transient_bytes=tail_transient,
     )

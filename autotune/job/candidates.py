@@ -1,149 +1,234 @@
-"""Every parallel configuration the cluster allows, as columns of arrays.
+"""Every configuration the model, the cluster and the user's pins allow, as
+columns of arrays, and why the others are refused.
 
 A candidate is (tensor mesh rows x cols, pipeline stages pp, data-parallel
-replicas dp, micro-batch size b, interleave v, recomputation, ZeRO stage)
-with `rows * cols * pp * dp` equal to the chip count, `dp` dividing the
-global batch and `b` dividing each replica's share. Ranks are laid out
-tensor-innermost, then data-parallel, then pipeline (Megatron-LM's order), so
-a tensor group of at most a node's chips stays inside one node.
+replicas dp, micro-batch size b, model chunks per stage v, recomputation,
+ZeRO stage) with `rows * cols * pp * dp` equal to the chip count. Rules that
+make a configuration impossible (not merely slow), each one reported with
+the degree it refuses:
 
-Rules that make a configuration impossible (not merely slow):
-- the mesh shards every head: `num_heads` divisible by `cols`, key/value
-  heads divisible by `cols` or `cols` by them (replicated KV heads), hidden
-  and FFN widths divisible by `rows * cols`; with `rows > 1` whole sequences
-  sit on each mesh row (`b` divisible by `rows`) so attention stays local;
-- `pp * v` chunks of at least one layer each; interleaving (`v > 1`) needs
-  the micro-batch count to be a multiple of `pp` (Megatron-LM's rule);
-- ZeRO stages above 0 only with `dp > 1` (they are ZeRO 0 otherwise).
+- tensor mesh: `rows * cols` divides the chip count; the cluster's
+  `mesh_shapes` list or `min_axis_size`; `constraints.max_tensor_parallel`;
+  on nodes, `constraints.tensor_parallel_within_node` keeps the group inside
+  a node; megatron-1d and `tensor_mesh: 1d` take only `1 x N`; Megatron 1D
+  needs `num_heads` divisible by N (key/value heads divisible, or dividing N
+  and replicated). Whether a MeshSlice mesh can shard the block (every GEMM
+  even over the mesh; heads and sequences local to the attention core) is
+  the FC planner's call, per mesh and micro-batch (job/fc.py);
+- pipeline: at most one chunk per layer, `constraints.max_pipeline_stages`;
+- data parallelism: divides the global batch;
+- micro-batch: divides each replica's sequences, at most
+  `constraints.max_micro_batch_size` unless pinned;
+- interleaving (v > 1): pipeline stages, `pp v` chunks of at least one layer,
+  and the micro-batch count a multiple of `pp` (Megatron-LM's rule);
+- ZeRO above 0 only with data parallelism;
+- the layout: every axis must lay out on the hardware (hardware/layout.py:
+  the tensor mesh inside one slice of a torus, the rest on whole torus
+  dimensions or across slices).
+
+Rows are in the canonical order of :func:`canonical_order`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.job.cluster_view import SearchHardware
-from autotune.specs.job_search import RECOMPUTE_MODES, AutoTrainingSpec, SearchConstraints
-from autotune.specs.model import ModelSpec
-
-COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero")
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """One row per configuration; `recompute` indexes RECOMPUTE_MODES.
-    Rows are in the canonical order of :func:`canonical_order`."""
-
-    rows: np.ndarray
-    cols: np.ndarray
-    pp: np.ndarray
-    dp: np.ndarray
-    mbs: np.ndarray
-    v: np.ndarray
-    recompute: np.ndarray
-    zero: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.rows.size)
-
-    @property
-    def tp(self) -> np.ndarray:
-        """Tensor-parallel chips `rows * cols`."""
-        return self.rows * self.cols
-
-    def take(self, index: np.ndarray) -> Candidates:
-        """The rows at `index` (a boolean mask or integer positions)."""
-        return Candidates(*(getattr(self, c)[index] for c in COLUMNS))
-
-    def row(self, i: int) -> dict[str, int | str]:
-        """One candidate as plain values."""
-        out: dict[str, int | str] = {c: int(getattr(self, c)[i]) for c in COLUMNS}
-        out["recompute"] = RECOMPUTE_MODES[int(self.recompute[i])]
-        return out
+from autotune.job.hardware import HardwareView
+from autotune.job.model import COLUMNS, Candidates
+from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput
+from autotune.specs.training import FcAlgorithm
+from cost_models import MeshShape
+from cost_models.divisors import divisors
 
 
-def divisors(n: int) -> list[int]:
-    """Positive divisors of n, ascending."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+@dataclass
+class Refusals:
+    """Why degrees were refused: (degree, value) -> the first reason seen,
+    in the order seen."""
+
+    reasons: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def add(self, degree: str, value: object, reason: str) -> None:
+        """Record a refusal (the first reason for a value wins)."""
+        self.reasons.setdefault((degree, str(value)), reason)
+
+    def lines(self) -> list[tuple[str, str, str]]:
+        """(degree, value, reason) in the order recorded."""
+        return [(d, v, r) for (d, v), r in self.reasons.items()]
 
 
-def _fixed(value, allowed: list[int]) -> list[int]:
-    return allowed if value == "auto" else [x for x in allowed if x == value]
+def _pinned_ok(pin: object, value: object) -> bool:
+    return pin is None or pin == value
 
 
-def tensor_meshes(
-    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, limits: SearchConstraints
-) -> list[tuple[int, int]]:
-    """(rows, cols) tensor meshes allowed by the cluster, the model's widths
-    and the user's choices, ascending by chip count then rows."""
+def tensor_meshes(inp: JobInput, hw: HardwareView, refusals: Refusals) -> list[MeshShape]:
+    """Allowed `rows x cols` tensor meshes (module docstring), ascending by
+    chip count then rows."""
+    t, lim, model = inp.training, inp.constraints, inp.model
+    cluster = hw.cluster
+    spec = cluster.spec
+    node = cluster.chips_per_node
+    megatron = t.fc_algorithm is FcAlgorithm.MEGATRON_1D
+    pinned_tp = t.pinned("tensor_parallel")
+    pinned_mesh = t.pinned("tensor_mesh")
     out = []
-    for t in divisors(hw.num_chips):
-        if limits.max_tensor_parallel is not None and t > limits.max_tensor_parallel:
+    for tp in divisors(hw.num_chips):
+        if not _pinned_ok(pinned_tp, tp):
             continue
-        if limits.tensor_parallel_within_node and (t > hw.chips_per_node or hw.chips_per_node % t):
+        if pinned_mesh is not None and pinned_mesh[0] * pinned_mesh[1] != tp:
             continue
-        if model.hidden_size % t or model.ffn_size % t:
+        if lim.max_tensor_parallel is not None and tp > lim.max_tensor_parallel:
+            refusals.add("tensor_parallel", tp, "above constraints.max_tensor_parallel")
             continue
-        for rows in divisors(t):
-            cols = t // rows
-            if model.num_heads % cols:
+        if node is not None and lim.tensor_parallel_within_node and node % tp:
+            refusals.add(
+                "tensor_parallel",
+                tp,
+                f"a tensor group of {tp} does not fit in a {node}-chip node "
+                "(constraints.tensor_parallel_within_node)",
+            )
+            continue
+        for rows in divisors(tp):
+            cols = tp // rows
+            shape = f"{rows}x{cols}"
+            if pinned_mesh is not None and [rows, cols] != list(pinned_mesh):
+                continue
+            if (megatron or t.tensor_mesh == "1d") and rows != 1:
+                continue
+            if spec.mesh_shapes is not None and [rows, cols] not in spec.mesh_shapes:
+                refusals.add("tensor_mesh", shape, "not in the cluster's mesh_shapes")
+                continue
+            if spec.mesh_shapes is None and min(rows, cols) < spec.min_axis_size:
+                refusals.add(
+                    "tensor_mesh",
+                    shape,
+                    f"a side below the cluster's min_axis_size {spec.min_axis_size}",
+                )
                 continue
             kv = model.kv_heads
-            if kv % cols and cols % kv:
+            if megatron and (model.num_heads % cols or (kv % cols and cols % kv)):
+                refusals.add(
+                    "tensor_mesh",
+                    shape,
+                    f"Megatron 1D tensor parallelism splits the {model.num_heads} heads "
+                    f"({model.kv_heads} key/value heads) over {cols} chips",
+                )
                 continue
-            mesh = train.tensor_mesh
-            if mesh == "1d" and rows != 1:
-                continue
-            if isinstance(mesh, list) and [rows, cols] != mesh:
-                continue
-            out.append((rows, cols))
+            out.append(MeshShape(rows, cols))
     return out
 
 
 def enumerate_candidates(
-    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, limits: SearchConstraints
+    inp: JobInput, hw: HardwareView, refusals: Refusals, lim: Constraints | None = None
 ) -> Candidates:
-    """Every allowed configuration (see module docstring), canonical order."""
-    cols_out: dict[str, list[int]] = {c: [] for c in COLUMNS}
-    batch, layers = train.global_batch_sequences, model.num_layers
-    modes = (
-        list(range(len(RECOMPUTE_MODES)))
-        if train.recompute == "auto"
-        else [RECOMPUTE_MODES.index(train.recompute)]
-    )
-    zeros_allowed = [z for z in limits.zero_stages if 0 <= z <= 3] or [0]
-    for rows, cols in tensor_meshes(model, hw, train, limits):
-        t = rows * cols
-        for pp in _fixed(train.pipeline_parallel, divisors(hw.num_chips // t)):
-            if pp > layers or (
-                limits.max_pipeline_stages is not None and pp > limits.max_pipeline_stages
-            ):
+    """Every allowed configuration (module docstring), canonical order."""
+    t, model = inp.training, inp.model
+    lim = lim or inp.constraints
+    batch, layers = t.global_batch_sequences, model.num_layers
+    chips = hw.num_chips
+    pinned_rc = t.pinned("recompute")
+    modes = [RECOMPUTE_MODES.index(pinned_rc)] if pinned_rc else list(range(3))
+    pinned_zero = t.pinned("zero_stage")
+    pinned_pp, pinned_dp = t.pinned("pipeline_parallel"), t.pinned("data_parallel")
+    pinned_mbs, pinned_v = t.pinned("micro_batch_size"), t.pinned("interleave")
+    rows_out: list[tuple[int, ...]] = []
+    for mesh in tensor_meshes(inp, hw, refusals):
+        tp = mesh.num_chips
+        for pp in divisors(chips // tp):
+            if not _pinned_ok(pinned_pp, pp):
                 continue
-            dp = hw.num_chips // (t * pp)
-            if batch % dp or (train.data_parallel != "auto" and dp != train.data_parallel):
+            if pp > layers:
+                refusals.add("pipeline_parallel", pp, f"more stages than the {layers} layers")
+                continue
+            if lim.max_pipeline_stages is not None and pp > lim.max_pipeline_stages:
+                refusals.add("pipeline_parallel", pp, "above constraints.max_pipeline_stages")
+                continue
+            dp = chips // (tp * pp)
+            if not _pinned_ok(pinned_dp, dp):
+                continue
+            if batch % dp:
+                refusals.add(
+                    "data_parallel", dp, f"does not divide the global batch of {batch} sequences"
+                )
+                continue
+            layout = hw.layout(mesh, dp, pp)
+            if isinstance(layout, str):
+                refusals.add("layout", f"{mesh} x dp {dp} x pp {pp}", layout)
                 continue
             per_replica = batch // dp
-            sizes = [b for b in divisors(per_replica) if b <= limits.max_micro_batch_size]
-            for mbs in _fixed(train.micro_batch_size, sizes):
-                if mbs % rows:
-                    continue
+            sizes = _micro_batch_sizes(per_replica, pinned_mbs, t.micro_batches, lim, refusals)
+            for mbs in sizes:
                 m = per_replica // mbs
-                vs = range(1, limits.max_interleave + 1) if pp > 1 else [1]
-                for v in _fixed(train.interleave, list(vs)):
-                    if pp * v > layers or (v > 1 and m % pp):
+                vs = list(range(1, lim.max_interleave + 1)) if pp > 1 else [1]
+                if pinned_v is not None:
+                    vs = [pinned_v] if pinned_v in vs or pinned_v == 1 else []
+                    if not vs:
+                        refusals.add("interleave", pinned_v, "needs pipeline stages")
+                for v in vs:
+                    if pp * v > layers:
+                        refusals.add(
+                            "interleave", v, f"{pp} x {v} chunks exceed the {layers} layers"
+                        )
                         continue
-                    zeros = zeros_allowed if dp > 1 else [0]
-                    if train.zero_stage != "auto":
-                        zeros = [train.zero_stage] if dp > 1 or train.zero_stage == 0 else []
+                    if v > 1 and m % pp:
+                        refusals.add(
+                            "interleave",
+                            v,
+                            f"interleaving needs the micro-batches ({m}) to be a multiple of "
+                            f"the {pp} stages",
+                        )
+                        continue
+                    zeros = _zero_stages(dp, pinned_zero, lim, refusals)
                     for rc in modes:
                         for z in zeros:
-                            for name, val in zip(
-                                COLUMNS, (rows, cols, pp, dp, mbs, v, rc, z), strict=True
-                            ):
-                                cols_out[name].append(val)
-    arrays = {c: np.asarray(cols_out[c], dtype=np.int64) for c in COLUMNS}
-    return Candidates(**arrays).take(canonical_order(Candidates(**arrays)))
+                            rows_out.append((mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z))
+    if not rows_out:
+        empty = np.zeros(0, dtype=np.int64)
+        return Candidates(*(empty for _ in COLUMNS))
+    arrays = np.asarray(rows_out, dtype=np.int64)
+    c = Candidates(*(arrays[:, i] for i in range(len(COLUMNS))))
+    return c.take(canonical_order(c))
+
+
+def _micro_batch_sizes(
+    per_replica: int,
+    pinned: int | None,
+    micro_batches: int | None,
+    lim: Constraints,
+    refusals: Refusals,
+) -> list[int]:
+    if micro_batches is not None:
+        if per_replica % micro_batches:
+            refusals.add(
+                "micro_batches",
+                micro_batches,
+                f"does not divide the {per_replica} sequences of a replica",
+            )
+            return []
+        return [per_replica // micro_batches]
+    if pinned is not None:
+        if per_replica % pinned:
+            refusals.add(
+                "micro_batch_size",
+                pinned,
+                f"does not divide the {per_replica} sequences of a replica",
+            )
+            return []
+        return [pinned]
+    return [b for b in divisors(per_replica) if b <= lim.max_micro_batch_size]
+
+
+def _zero_stages(dp: int, pinned: int | None, lim: Constraints, refusals: Refusals) -> list[int]:
+    if dp == 1:
+        if pinned not in (None, 0):
+            refusals.add("zero_stage", pinned, "shards over data-parallel replicas; dp is 1")
+            return []
+        return [0]
+    if pinned is not None:
+        return [pinned]
+    return sorted(set(lim.zero_stages))
 
 
 def canonical_order(c: Candidates) -> np.ndarray:
@@ -154,3 +239,10 @@ def canonical_order(c: Candidates) -> np.ndarray:
     enumeration or solver timing."""
     keys = (-c.mbs, c.v, c.recompute, c.zero, c.rows, c.pp, c.tp)
     return np.lexsort(keys)
+
+
+TIE_BREAK_RULE = (
+    "equal step times (within a relative 1e-9) go to fewer tensor chips, then fewer pipeline "
+    "stages, fewer mesh rows, lower ZeRO stage, less recomputation, less interleaving, larger "
+    "micro-batch"
+)

@@ -1,26 +1,52 @@
-"""FC-layer time per block and micro-batch on one chip: MeshSlice from the
-planned layers, or Megatron 1D tensor parallelism (with sequence
-parallelism) as the alternative."""
+"""One transformer block's FC layers for one micro-batch on one chip, per
+tensor mesh and micro-batch size: the MeshSlice plan (phase 1's dataflow
+choice under the plan's policy, each GEMM at its best slice count, the
+transposes it forces) or Megatron-LM's 1D tensor parallelism (blocking
+collectives with sequence parallelism).
+
+The search prices thousands of candidates but only a few hundred distinct
+(mesh, micro-batch) pairs, so :class:`FcTable` prices every micro-batch size
+of a mesh at once (plan/options.py) and keeps the result; the chosen
+configuration's FC plan (plan/search.py `plan_result`) is built from the
+same selection, so its per-block times are these (tests/test_job_model.py
+checks it).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.errors import NoFeasiblePlanError
-from autotune.job.hardware import JobHardware
-from autotune.plan.dataflow import GemmPass, Stationary, table1
-from autotune.plan.layers import ATTN_OUT, FFN_DOWN, FCLayer
-from autotune.plan.results import PlanResult
-from cost_models import CommModel, ComputeModel, GemmEstimate, MeshShape
+from autotune.errors import InputError
+from autotune.job.hardware import HardwareView, base_training
+from autotune.plan.context import SearchContext
+from autotune.plan.dataflow import GemmPass, Stationary, size_rule, table1, tensor_layouts
+from autotune.plan.layers import ATTN_OUT, FFN_DOWN, FCLayer, block_fc_layers, fc_layers
+from autotune.plan.options import price_layer_options
+from autotune.plan.phase1 import Selection, select
+from autotune.plan.results import GemmPlan, LayerPlan, MeshCandidate, PlanResult
+from autotune.plan.search import MeshEvaluator, pricing_context
+from autotune.specs.job import JobInput
+from autotune.specs.plan_input import DataflowPolicy, PlanInput
+from autotune.specs.training import FcAlgorithm
+from cost_models import (
+    CommModel,
+    ComputeModel,
+    GemmEstimate,
+    MeshShape,
+    TimeBreakdown,
+    collective_calls,
+)
 from cost_models.baselines.collective import collective_gemm
 from cost_models.baselines.common import InfeasibleError
 from cost_models.concurrency import overlapped_pair_saving_s
 
 
 @dataclass(frozen=True)
-class FcTimes:
-    """One block's FC layers for one micro-batch (seconds, bytes)."""
+class FcBlock:
+    """One block's FC layers for one micro-batch (seconds, bytes): forward
+    and backward (data + weight) totals, the communication compute did not
+    hide, and the largest gathered buffer (double-buffered for MeshSlice)."""
 
     forward_s: float
     backward_s: float
@@ -28,32 +54,41 @@ class FcTimes:
     buffer_bytes: float
 
 
-def _gathered_bytes(est: GemmEstimate) -> float:
-    """Bytes one iteration's collectives gather into (or reduce out of)."""
-    return sum(c.shard_bytes * c.ring_size for c in est.calls)
+#: a FC table entry: the block's times, or why the mesh cannot run it
+FcEntry = FcBlock | str
 
 
-def _sum(estimates: Sequence[tuple[GemmPass, GemmEstimate]], copies: int) -> FcTimes:
-    fwd = sum(e.total_s for p, e in estimates if p is GemmPass.FORWARD)
-    bwd = sum(e.total_s for p, e in estimates if p is not GemmPass.FORWARD)
-    exposed = sum(e.breakdown.exposed_comm_s for _, e in estimates)
-    buffers = max((copies * _gathered_bytes(e) for _, e in estimates), default=0.0)
-    return FcTimes(fwd, bwd, exposed, buffers)
-
-
-def meshslice_fc(result: PlanResult) -> FcTimes:
-    """The planned MeshSlice layers (plus the transposes their dataflows
-    force, half in each pass). Gathered slices are double-buffered: the next
-    slice arrives while the current one is multiplied."""
-    pairs = [(g.shape.gemm_pass, g.estimate) for lp in result.layers for g in lp.gemms]
-    times = _sum(pairs, copies=2)
-    count = result.layers[0].layer.count_per_step
-    transpose_s = result.transpose_s_per_step / count
-    return FcTimes(
-        times.forward_s + transpose_s / 2,
-        times.backward_s + transpose_s / 2,
-        times.exposed_comm_s + transpose_s,
-        times.buffer_bytes,
+def meshslice_block(ev: MeshEvaluator, sel: Selection) -> FcBlock:
+    """The selected layer options of `ev`: each GEMM's time in its pass,
+    the exposed part `total - compute` of each, the transposes the choice
+    forces (forward and backward, half in each pass, all exposed), and the
+    largest gathered buffer of any GEMM, twice (the next slice arrives while
+    the current one is multiplied)."""
+    forward = backward = exposed = 0.0
+    buffers = 0.0
+    for idx, (st, transposed) in enumerate(sel.choices):
+        opt = ev.option(idx, st, transposed)
+        assert not isinstance(opt, str)
+        for g in opt.gemms:
+            if g.shape.gemm_pass is GemmPass.FORWARD:
+                forward += g.total_s
+            else:
+                backward += g.total_s
+            exposed += max(g.total_s - g.compute_s, 0.0)
+            calls = collective_calls(
+                g.shape.dataflow,
+                g.shape.m,
+                g.shape.n,
+                g.shape.k,
+                ev.mesh,
+                g.num_slices,
+                ev.ctx.element_bytes,
+                g.shape.transposed,
+            )
+            buffers = max(buffers, 2 * sum(c.shard_bytes * c.ring_size for c in calls))
+    transpose_s = sum(2.0 * ev.transpose_s(t) for t in sel.transposes)
+    return FcBlock(
+        forward + transpose_s / 2, backward + transpose_s / 2, exposed + transpose_s, buffers
     )
 
 
@@ -69,8 +104,7 @@ def megatron_estimates(
     InfeasibleError when a layer does not split evenly over `tp`."""
     pairs = []
     for layer in layers:
-        st = Stationary.X if layer.name in (ATTN_OUT, FFN_DOWN) else Stationary.Y
-        for shape in table1(layer, st, False):
+        for shape in table1(layer, megatron_stationary(layer), False):
             try:
                 est = collective_gemm(
                     shape.dataflow,
@@ -87,6 +121,11 @@ def megatron_estimates(
                 raise InfeasibleError(f"{layer.name} {shape.gemm_pass.value}: {exc}") from None
             pairs.append((shape.gemm_pass, est))
     return pairs
+
+
+def megatron_stationary(layer: FCLayer) -> Stationary:
+    """Megatron's column-parallel layers keep Y stationary, row-parallel ones X."""
+    return Stationary.X if layer.name in (ATTN_OUT, FFN_DOWN) else Stationary.Y
 
 
 def megatron_backward_overlap_s(
@@ -115,29 +154,151 @@ def megatron_backward_overlap_s(
     return saving_s
 
 
-def megatron_fc(
+def megatron_block(
     layers: Sequence[FCLayer],
     tp: int,
-    hw: JobHardware,
+    comm: CommModel,
+    gemm: ComputeModel,
     element_bytes: int,
-    overlap_backward: bool = False,
-) -> FcTimes:
-    """Megatron 1D TP with sequence parallelism (:func:`megatron_estimates`
-    on the links of `hw.comm`). Blocking collectives, except with
-    `overlap_backward` (:func:`megatron_backward_overlap_s`, compute beside
-    a collective slowed by `hw.overlap_slowdown`); the gathered input is one
-    buffer."""
+    overlap_backward: bool,
+    overlap_slowdown: float,
+) -> FcEntry:
+    """Megatron 1D TP with sequence parallelism (:func:`megatron_estimates`).
+    Blocking collectives, except with `overlap_backward`
+    (:func:`megatron_backward_overlap_s`); the gathered input is one buffer.
+    A layer that does not split over `tp` gives the reason instead."""
     try:
-        pairs = megatron_estimates(layers, tp, hw.comm, hw.gemm, element_bytes)
+        pairs = megatron_estimates(layers, tp, comm, gemm, element_bytes)
     except InfeasibleError as exc:
-        raise NoFeasiblePlanError(f"megatron-1d on {tp} chips: {exc}") from None
-    times = _sum(pairs, copies=1)
-    if not overlap_backward:
-        return times
-    saving_s = megatron_backward_overlap_s(layers, pairs, hw.overlap_slowdown)
-    return FcTimes(
-        times.forward_s,
-        times.backward_s - saving_s,
-        times.exposed_comm_s - saving_s,
-        times.buffer_bytes,
+        return f"megatron-1d on {tp} chips: {exc}"
+    forward = sum(e.total_s for p, e in pairs if p is GemmPass.FORWARD)
+    backward = sum(e.total_s for p, e in pairs if p is not GemmPass.FORWARD)
+    exposed = sum(e.breakdown.exposed_comm_s for _, e in pairs)
+    buffers = max((sum(c.shard_bytes * c.ring_size for c in e.calls) for _, e in pairs), default=0)
+    saving_s = 0.0
+    if overlap_backward:
+        saving_s = megatron_backward_overlap_s(layers, pairs, overlap_slowdown)
+    return FcBlock(forward, backward - saving_s, exposed - saving_s, float(buffers))
+
+
+class FcTable:
+    """FC block times per (rows, cols, micro-batch sequences) for one job,
+    computed a mesh at a time and kept."""
+
+    def __init__(self, inp: JobInput, hw: HardwareView, policy: DataflowPolicy) -> None:
+        self.inp, self.hw, self.policy = inp, hw, policy
+        self._entries: dict[tuple[int, int, int], FcEntry] = {}
+        self._evaluators: dict[tuple[int, int, int], MeshEvaluator] = {}
+        self._megatron = inp.training.fc_algorithm is FcAlgorithm.MEGATRON_1D
+        #: the calibration gaps that kept a mesh from being priced, in order
+        self.errors: list[InputError] = []
+
+    def evaluator(self, rows: int, cols: int, mbs: int) -> MeshEvaluator:
+        """The MeshSlice evaluator of one key (after :meth:`entries` priced it)."""
+        return self._evaluators[(rows, cols, mbs)]
+
+    def entries(self, keys: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int, int], FcEntry]:
+        """The entry of every key (priced on first request)."""
+        todo: dict[tuple[int, int], list[int]] = {}
+        for rows, cols, mbs in keys:
+            if (rows, cols, mbs) not in self._entries:
+                todo.setdefault((rows, cols), []).append(mbs)
+        for (rows, cols), sizes in todo.items():
+            self._price_mesh(MeshShape(rows, cols), sorted(set(sizes)))
+        return {k: self._entries[k] for k in keys}
+
+    def _price_mesh(self, mesh: MeshShape, sizes: list[int]) -> None:
+        s = self.inp.training.sequence_length
+        try:
+            ctx = self.hw.tensor_context(mesh)
+        except InputError as exc:
+            if exc.one_line() not in [e.one_line() for e in self.errors]:
+                self.errors.append(exc)
+            for mbs in sizes:
+                self._entries[(mesh.num_rows, mesh.num_cols, mbs)] = exc.one_line()
+            return
+        lists = [block_fc_layers(self.inp.model, mbs * s) for mbs in sizes]
+        e = self.inp.training.dtype.num_bytes
+        if self._megatron:
+            for mbs, layers in zip(sizes, lists, strict=True):
+                self._entries[(1, mesh.num_cols, mbs)] = megatron_block(
+                    layers,
+                    mesh.num_chips,
+                    ctx.comm,
+                    ctx.compute,
+                    e,
+                    self.inp.training.overlap_tensor_backward,
+                    ctx.overlap_slowdown,
+                )
+            return
+        base = base_training(self.inp)
+        evaluators = []
+        for mbs, layers in zip(sizes, lists, strict=True):
+            update = {"global_batch_sequences": mbs, "micro_batch_size": mbs}
+            training = base.model_copy(update=update)
+            ev = MeshEvaluator(self.inp.plan_input(training), layers, mesh, ctx)
+            key = (mesh.num_rows, mesh.num_cols, mbs)
+            # phase 1 cannot place the attention core in either layout: no
+            # dataflow choice runs, so none is priced
+            why = ev.attention_check(False)
+            if why is not None and ev.attention_check(True) is not None:
+                self._entries[key] = why
+            else:
+                evaluators.append((key, ev))
+        if not evaluators:
+            return
+        options = price_layer_options(
+            [ev.layers for _, ev in evaluators], pricing_context(mesh, ctx)
+        )
+        for (key, ev), opts in zip(evaluators, options, strict=True):
+            ev.prime(opts)
+            sel = select(self.policy, ev.layers, ev.layer_cost, ev.transpose_s, ev.attention_check)
+            self._evaluators[key] = ev
+            self._entries[key] = meshslice_block(ev, sel) if isinstance(sel, Selection) else sel
+
+
+def megatron_plan_result(inp: PlanInput, mesh: MeshShape, ctx: SearchContext) -> PlanResult:
+    """The FC section of a megatron-1d plan: each layer's three GEMMs as
+    Megatron runs them on the `1 x N` mesh (:func:`megatron_estimates`,
+    blocking, one slice), in the form the MeshSlice plan takes, so the
+    report, the document, `export` and `verify` read both alike."""
+    layers = fc_layers(inp.model, inp.training)
+    e = inp.training.dtype.num_bytes
+    pairs = megatron_estimates(layers, mesh.num_chips, ctx.comm, ctx.compute, e)
+    count = layers[0].count_per_step
+    plans = []
+    breakdown = TimeBreakdown.zero()
+    for i, layer in enumerate(layers):
+        st = megatron_stationary(layer)
+        gemms = tuple(
+            GemmPlan(shape, 1, (1,), est)
+            for shape, (_, est) in zip(
+                table1(layer, st, False), pairs[3 * i : 3 * i + 3], strict=True
+            )
+        )
+        plan = LayerPlan(
+            layer, st, False, size_rule(layer), tensor_layouts(layer, st, False), gemms
+        )
+        breakdown = breakdown + plan.breakdown_per_step
+        plans.append(plan)
+    candidate = MeshCandidate(
+        mesh, True, breakdown.total_s, None, " ".join(p.stationary.value for p in plans)
+    )
+    return PlanResult(
+        inputs=inp,
+        policy=inp.search.dataflow,
+        mesh=mesh,
+        tp_chips=mesh.num_chips,
+        layers=tuple(plans),
+        residual_transposed=False,
+        transposes=(),
+        transpose_s_per_step=0.0,
+        breakdown_per_step=breakdown,
+        fc_flops_per_step=sum(layer.training_flops for layer in layers) * count,
+        peak_flops_per_s=ctx.cluster.peak_flops_per_s(inp.training.dtype.value),
+        candidates=(candidate,),
+        comparison=None,
+        warnings=(),
+        placement=ctx.placement,
+        one_d=None,
     )

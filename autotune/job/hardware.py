@@ -1,135 +1,244 @@
-"""The hardware figures the whole-step model needs, read in one place (the
-cluster spec and its calibration today; a chip preset can feed the same
-record later)."""
+"""The hardware as the whole-step model reads it, for every cluster kind:
+the chip (peak, HBM capacity and bandwidth, the calibration's roofline GEMM
+model and attention rate), where every parallel axis of a configuration
+runs (hardware/layout.py) and the link each level of an axis uses for each
+collective. Built once per plan; layouts, tensor contexts and links are
+cached, so the search prices thousands of candidates from a few dozen of
+them.
+
+Link of one level of a data-parallel or pipeline axis, for an operation:
+the calibration's entry for the level's resource kind (torus, switched,
+fully_connected, scale_out, dcn), its bandwidth times the level's unit-link
+count, with its size regimes; without one, the same operation's entry of
+the cluster's own calibration (its nominal figures, with a warning); for a
+send-recv without an entry, the all-gather entry of the kind; for the
+cluster file's explicit `data_parallel_gb_per_s` / `pipeline_gb_per_s`,
+that rate with `network_latency_us` per ring step; otherwise the level's
+nominal data-sheet rate alone, with a warning.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from autotune.errors import InputError
 from autotune.hardware.calibration import link_params
-from autotune.plan.context import search_context
-from autotune.specs.plan_input import PlanInput
-from autotune.specs.training import FcAlgorithm
-from cost_models import CommModel, ComputeModel, LinkParams, MeshShape
+from autotune.hardware.cluster import Cluster
+from autotune.hardware.layout import AxisLayout, Layout, Level, place_layout
+from autotune.hardware.placement import ResourceKind
+from autotune.plan.context import SearchContext, check_calibration
+from autotune.plan.context import search_context as fc_search_context
+from autotune.specs.job import JobInput
+from autotune.specs.training import TrainingSpec
+from cost_models import CommModel, ComputeModel, LinkParams, MeshShape, ring_collective_s
 
 GB = 1e9
 GIB = float(2**30)
 
 
-@dataclass(frozen=True)
-class JobHardware:
-    """Per-chip figures in base units (bytes, seconds, FLOP/s)."""
+@dataclass
+class HardwareView:
+    """Per-chip figures in base units and the links of every placed axis."""
 
+    cluster: Cluster
+    calibration_name: str
+    fc_base: SearchContext  # the FC planner's context before a mesh is placed
     peak_flops_per_s: float | None
     gemm: ComputeModel
-    comm: CommModel  # the tensor-parallel mesh's links (its COL axis carries the vocabulary ring)
     attention_flops_per_s: float
     hbm_bytes: float
     hbm_bytes_per_s: float
-    data_parallel: LinkParams | None
-    pipeline: LinkParams | None
-    # compute beside a collective runs this much slower (the calibration's)
-    overlap_slowdown: float = 1.0
+    overlap_slowdown: float
+    workspace_bytes: float
+    reserve_bytes: float
+    warnings: list[str]
+    _layouts: dict = field(default_factory=dict, repr=False)
+    _contexts: dict = field(default_factory=dict, repr=False)
+    _links: dict = field(default_factory=dict, repr=False)
 
+    @property
+    def num_chips(self) -> int:
+        """Chips in the cluster."""
+        return self.cluster.num_chips
 
-def _need(value: float | None, field: str, why: str, inp: PlanInput) -> float:
-    if value is None:
-        raise InputError(
-            f"is missing; the whole-step model needs it for {why}",
-            file=inp.cluster_ref or inp.source_file,
-            field=f"cluster.{field}",
-            fix=f"add `{field}:` to the cluster with its data-sheet value and source",
+    @property
+    def usable_bytes(self) -> float:
+        """HBM left for tensors: capacity less the reserve and the workspace."""
+        return self.hbm_bytes - self.reserve_bytes - self.workspace_bytes
+
+    def layout(self, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
+        """Where every axis runs (hardware/layout.py), or why it cannot."""
+        key = (mesh, dp, pp)
+        if key not in self._layouts:
+            self._layouts[key] = place_layout(self.cluster, mesh, dp, pp)
+        return self._layouts[key]
+
+    def tensor_context(self, mesh: MeshShape) -> SearchContext:
+        """The FC planner's context with `mesh` placed on the cluster (its
+        links, shared resources and calibration checks); InputError when the
+        calibration cannot price an axis of it."""
+        if mesh not in self._contexts:
+            try:
+                self._contexts[mesh] = self.fc_base.for_mesh(mesh)
+            except InputError as exc:
+                self._contexts[mesh] = exc
+        got = self._contexts[mesh]
+        if isinstance(got, InputError):
+            raise got
+        return got
+
+    def tensor_comm(self, mesh: MeshShape) -> CommModel:
+        """The links of both tensor-mesh axes of `mesh`."""
+        return self.tensor_context(mesh).comm
+
+    def level_link(self, level: Level, op: str) -> LinkParams:
+        """The link one level of an axis uses for `op` (module docstring)."""
+        key = (level, op)
+        if key not in self._links:
+            self._links[key] = self._resolve(level, op)
+        return self._links[key]
+
+    def _resolve(self, level: Level, op: str) -> LinkParams:
+        spec = self.cluster.spec
+        if level.kind is ResourceKind.CLUSTER_FIGURES:
+            latency_s = (spec.network_latency_us or 0.0) * 1e-6
+            assert level.nominal_bytes_per_s is not None
+            return LinkParams(0.0, latency_s, level.nominal_bytes_per_s)
+        kind = level.kind.value
+        ctx = self.fc_base
+        for calibration in (ctx.calibration, ctx.fallback_calibration):
+            if calibration is None:
+                continue
+            for name in (op, "all_gather") if op == "send_recv" else (op,):
+                entry = calibration.collectives.get(name, {}).get(kind)
+                if entry is not None:
+                    if calibration is not ctx.calibration:
+                        figures = calibration.figures.value if calibration.figures else "its"
+                        self._warn(
+                            f"calibration {self.calibration_name} has no {name}.{kind} entry: "
+                            f"{level.resource} uses the cluster's own calibration "
+                            f"{calibration.name} ({figures} figures)"
+                        )
+                    return link_params(entry, level.link_multiplier)
+        rate = level.nominal_bytes_per_s
+        if not rate:
+            raise InputError(
+                f"has no {op} entry for {kind}, which a {level.description} needs, and the "
+                "cluster gives no nominal rate for it",
+                file=ctx.calibration_ref or ctx.calibration.name,
+                field=f"collectives.{op}.{kind}",
+                fix=f"measure {op} on that resource and rerun `meshtune calibrate`, or give the "
+                "cluster's link figures",
+            )
+        latency_s = (spec.network_latency_us or 0.0) * 1e-6
+        self._warn(
+            f"calibration {self.calibration_name} has no {op}.{kind} entry: {level.resource} "
+            f"traffic is priced at its nominal {rate / GB:g} GB/s per chip"
+            + ("" if spec.network_latency_us is not None else " with no latency")
         )
-    return value
+        return LinkParams(0.0, latency_s, float(rate))
+
+    def _warn(self, line: str) -> None:
+        if line not in self.warnings:
+            self.warnings.append(line)
+
+    def hierarchical_ring_s(self, axis: AxisLayout, op: str, total_bytes: ArrayLike) -> np.ndarray:
+        """Seconds of one reduce-scatter or all-gather of `total_bytes` per
+        chip over `axis`'s groups, level by level (innermost first for a
+        reduce-scatter, the reverse for an all-gather; the time is the same
+        sum): level `l` of size `P_l` moves a piece of
+        `total / (P_1 ... P_l)` per chip, `ring_collective_s` on its link
+        (cost_models.collectives). One level is the plain ring of
+        `total / P`; a group of one chip costs nothing. Vectorised."""
+        total = np.asarray(total_bytes, dtype=float)
+        seconds = np.zeros_like(total)
+        divided = 1
+        for level in axis.levels:
+            divided *= level.size
+            seconds = seconds + ring_collective_s(
+                self.level_link(level, op), level.size, total / divided
+            )
+        return seconds
+
+    def send_s(self, axis: AxisLayout, message_bytes: ArrayLike) -> np.ndarray:
+        """Seconds of one send-recv of `message_bytes` between neighbours of
+        `axis` (a ring of two on the outermost level it crosses: neighbours
+        that sit in different nodes or slices are bounded by that link).
+        Zero for a single chip. Vectorised."""
+        size = np.asarray(message_bytes, dtype=float)
+        if not axis.levels:
+            return np.zeros_like(size)
+        return ring_collective_s(self.level_link(axis.levels[-1], "send_recv"), 2, size)
 
 
-def job_hardware(inp: PlanInput, mesh: MeshShape) -> tuple[JobHardware, tuple[str, ...]]:
-    """Resolve the chip and network figures for the planned `mesh` (or the
-    `1 x tp` ring of megatron-1d); a missing figure the step needs is a
-    bad-input error, a missing optional one a warning.
+def base_training(inp: JobInput) -> TrainingSpec:
+    """A resolved training with the input's shape and every degree 1 (what
+    the FC planner's context and calibration checks read)."""
+    return inp.training.resolved(
+        data_parallel=1,
+        pipeline_parallel=1,
+        micro_batch_size=inp.training.global_batch_sequences,
+        interleave=1,
+        recompute="none",
+        zero_stage=0,
+    )
 
-    Data-parallel and pipeline links: the cluster's explicit
-    `data_parallel_gb_per_s` / `pipeline_gb_per_s` (with
-    `network_latency_us` per ring step); else the calibration's all-gather
-    (data parallel) or send-recv (pipeline) entry for the resource the group
-    crosses (`scale_out` when its members sit in different nodes, else the
-    node's kind), with its size regimes; else the cluster's nominal NIC or node rate."""
-    c, t = inp.cluster, inp.training
-    ctx = search_context(inp)
-    cluster = ctx.cluster
-    if t.fc_algorithm is FcAlgorithm.MEGATRON_1D:
-        mesh = MeshShape(1, mesh.num_chips)
-    comm = ctx.for_mesh(mesh).comm
-    warnings = []
-    hbm_bytes = cluster.hbm_bytes
-    if hbm_bytes is None:
-        _need(None, "hbm_gib", "the memory check", inp)
+
+def _need(inp: JobInput, field_name: str, why: str) -> InputError:
+    return InputError(
+        f"is missing; the whole-step model needs it for {why}",
+        file=inp.cluster_ref or inp.source_file,
+        field=f"cluster.{field_name}",
+        fix=f"add `{field_name}:` to the cluster (or name a chip preset with `chip:`) with its "
+        "data-sheet value and source",
+    )
+
+
+def hardware_view(inp: JobInput) -> HardwareView:
+    """Resolve the cluster, chip and calibration of `inp` (one-line
+    InputError for a figure the step cannot do without; warnings for gaps
+    it can)."""
+    probe = inp.plan_input(base_training(inp))
+    ctx = fc_search_context(probe)
+    warnings = list(check_calibration(probe))
+    cluster, spec, t = ctx.cluster, inp.cluster, inp.training
+    if cluster.hbm_bytes is None:
+        raise _need(inp, "hbm_gib", "the memory check")
     # the calibration's HBM rate (measured) before the chip's nominal one
     hbm_per_s = ctx.compute.hbm_bytes_per_s or cluster.hbm_bytes_per_s
     if hbm_per_s is None:
-        hbm_per_s = _need(c.hbm_gb_per_s, "hbm_gb_per_s", "memory-bound operations", inp) * GB
+        if spec.hbm_gb_per_s is None:
+            raise _need(inp, "hbm_gb_per_s", "memory-bound operations")
+        hbm_per_s = spec.hbm_gb_per_s * GB
     gemm = ctx.compute
-    if c.attention_tflops_per_s is not None:
-        attention = c.attention_tflops_per_s * 1e12
+    if spec.attention_tflops_per_s is not None:
+        attention = spec.attention_tflops_per_s * 1e12
     else:
         attention = float(gemm.peak_flops_per_s * gemm.max_efficiency)
         if t.attention.value == "flash":
             warnings.append(
-                f"cluster {c.name} gives no attention_tflops_per_s: the fused attention core "
+                f"cluster {spec.name} gives no attention_tflops_per_s: the fused attention core "
                 "is priced at the calibration's GEMM rate"
             )
-    latency_s = (c.network_latency_us or 0.0) * 1e-6
-    tp = mesh.num_chips
-    node = cluster.chips_per_node
-    # Megatron-LM's rank order: tensor-parallel ranks innermost, then data,
-    # then pipeline; a group spans nodes when its members are a node apart.
-    dp_spans = node is not None and tp * t.data_parallel > node
-    pp_spans = node is not None and tp * t.data_parallel >= node
-
-    def link(field: str, op: str, spans: bool, needed: bool, why: str) -> LinkParams | None:
-        if not needed:
-            return None
-        value = getattr(c, field)
-        if value is not None:
-            return LinkParams(launch_s=0.0, sync_s=latency_s, link_bytes_per_s=value * GB)
-        resource = "scale_out" if spans else cluster.topology.value
-        entry = inp.calibration.collectives.get(op, {}).get(resource)
-        if entry is not None:
-            return link_params(entry)  # the calibrated line and its size regimes
-        rate = cluster.scale_out_bytes_per_s if spans else cluster.node_bytes_per_s
-        if rate is None:
-            _need(None, field, why, inp)
-        if c.network_latency_us is None:
-            warnings.append(
-                f"cluster {c.name} gives no network_latency_us and the calibration no "
-                f"{op}.{resource} entry: {why} are priced by bandwidth alone"
-            )
-        return LinkParams(launch_s=0.0, sync_s=latency_s, link_bytes_per_s=float(rate))
-
-    return (
-        JobHardware(
-            peak_flops_per_s=cluster.peak_flops_per_s(t.dtype.value),
-            gemm=gemm,
-            comm=comm,
-            attention_flops_per_s=attention,
-            hbm_bytes=float(hbm_bytes),
-            hbm_bytes_per_s=float(hbm_per_s),
-            data_parallel=link(
-                "data_parallel_gb_per_s",
-                "all_gather",
-                dp_spans,
-                t.data_parallel > 1,
-                "data-parallel collectives",
-            ),
-            pipeline=link(
-                "pipeline_gb_per_s",
-                "send_recv",
-                pp_spans,
-                t.pipeline_parallel > 1,
-                "pipeline transfers",
-            ),
-            overlap_slowdown=ctx.overlap_slowdown,
-        ),
-        tuple(warnings),
+    if inp.model.vocab_size is None:
+        warnings.append(
+            "the model gives no vocab_size: embedding, output layer and loss are left out"
+        )
+    hbm = float(cluster.hbm_bytes)
+    return HardwareView(
+        cluster=cluster,
+        calibration_name=inp.calibration.name,
+        fc_base=ctx,
+        peak_flops_per_s=cluster.peak_flops_per_s(t.dtype.value),
+        gemm=gemm,
+        attention_flops_per_s=attention,
+        hbm_bytes=hbm,
+        hbm_bytes_per_s=float(hbm_per_s),
+        overlap_slowdown=ctx.overlap_slowdown,
+        workspace_bytes=t.workspace_gib * GIB,
+        reserve_bytes=t.memory_reserve_fraction * hbm,
+        warnings=warnings,
     )

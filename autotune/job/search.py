@@ -1,185 +1,165 @@
-"""The joint search: tensor mesh x pipeline x data parallel x micro-batch x
-interleave x recomputation x ZeRO stage.
+"""The one search: every configuration the user did not pin, on every
+cluster kind, priced by the one step model (architecture.md "one plan, one
+way through"). A fully pinned file is a search over one configuration.
 
-1. Enumerate what the cluster allows (candidates.py).
-2. Prune by a memory lower bound before any pricing: a stage holds at least
-   the average of the parameters, optimizer state and logits over the
-   stages, plus every block's activations of one micro-batch (with the
-   lightest recomputation allowed) over the stages. No assignment of layers
-   or recomputation can fit a candidate above it, so pruning loses nothing.
-3. Price the rest in closed form, vectorised (pricing.py).
-4. Single-stage candidates are final at their closed-form step. Pipelined
-   ones are balanced by the pipeline ILP (balance_adapter.py) with one
-   recomputation mode (the fastest whose even split fits): first the
-   `finalists` best by closed form, then any other, in order of a step
-   lower bound (`_step_lower_bound`, plus the terms the ILP does not see),
-   while that bound is below the best step found; a candidate whose bound
-   already loses is never balanced. When none is left the result is proved
-   best under the model; when the solve budget (as many again as finalists)
-   runs out it is reported as not proved.
-5. Rank by step time; ties (equal within a relative 1e-9) go to the earlier
-   candidate in the canonical order (candidates.canonical_order: fewer tensor
-   chips, fewer stages, fewer mesh rows, lower ZeRO stage, less
-   recomputation, less interleaving, larger micro-batch). A balanced plan
-   enters only when the solver proved it within its gap; otherwise the even
-   split stands, so a solve's outcome depends on machine speed only when it
-   runs into its time limit (the report counts those).
-6. With recomputation on auto and a balanced pipeline winning, the balancer
-   may mix the winner's mode with the next faster one per stage; a proved,
-   faster plan replaces it (two modes make the MILP much harder, so only the
-   winner gets this).
+1. Enumerate what the model, the cluster and the pins allow
+   (candidates.py), with the reason for every refused degree.
+2. Prune by a memory lower bound (bounds.py): no layer split or
+   recomputation mix fits a candidate above it, so nothing is lost.
+3. Price the FC layers of every (mesh, micro-batch) left (fc.py; a mesh
+   that cannot shard the block is refused with the FC planner's reason).
+4. Price exactly with the step model (model.py): every single-stage
+   candidate, then the pipelined ones in order of a step lower bound
+   (bounds.py) until the bound of the next is above the `top_n + 1`-th
+   best step that fits: those left cannot enter the report.
+5. Balance the layers with the pipeline ILP (layer_split: balanced): first
+   the `finalists` best pipelined configurations, then any other whose
+   bound is below the best step found, until none is left (the plan is then
+   proved best under the model) or the budget (as many solves again as
+   finalists) is spent. A balanced plan is priced by the step model and
+   replaces its configuration when the solver proved it and it is faster.
+6. Rank by step; steps equal within a relative 1e-9 go to the canonical
+   order (candidates.canonical_order). With recomputation searched and a
+   balanced pipeline winning, the balancer may mix the winner's mode with
+   the next faster one per stage; a proved, faster plan replaces it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from autotune.job.balance_adapter import (
-    BalancedPlan,
-    balance_candidate,
-    balance_key,
-    balancer_options,
-)
-from autotune.job.candidates import Candidates, enumerate_candidates
-from autotune.job.cluster_view import SearchHardware
-from autotune.job.pricing import (
-    COMPONENTS,
+from autotune.errors import InputError
+from autotune.hardware.layout import Layout
+from autotune.job.balance_adapter import Balanced, BalanceFigures, balance_candidate
+from autotune.job.block import block_figures, end_figures
+from autotune.job.bounds import memory_lower_bound, state_bytes_per_param, step_lower_bound
+from autotune.job.candidates import Refusals, enumerate_candidates
+from autotune.job.fc import FcBlock, FcTable
+from autotune.job.hardware import HardwareView
+from autotune.job.model import (
+    PARTS,
+    Candidates,
+    KeyFigures,
     Priced,
-    activation_bytes,
-    block_figures,
-    block_params,
-    end_block_seconds,
-    memory_bytes,
+    gather_figures,
+    pipeline_send_s,
     price,
 )
-from autotune.specs.job_search import AutoTrainingSpec, SearchConstraints
-from autotune.specs.model import ModelSpec
+from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, LayerSplit
+from autotune.specs.plan_input import DataflowPolicy
+from cost_models import MeshShape
 
 TIE_RELATIVE = 1e-9
-TIE_BREAK_RULE = (
-    "equal step times (within a relative 1e-9) go to fewer tensor chips, then fewer pipeline "
-    "stages, fewer mesh rows, lower ZeRO stage, less recomputation, less interleaving, larger "
-    "micro-batch"
-)
+BATCH = 64  # pipelined candidates priced per round of step 4
 
 
 @dataclass(frozen=True)
 class Evaluated:
-    """One configuration with its final step time and where it comes from."""
+    """One configuration with its step and where the step goes."""
 
-    order: int  # position in the canonical order
+    order: int  # position in the canonical order (the tie rule)
     config: dict[str, int | str]
     step_s: float
-    closed_form_step_s: float
-    components: dict[str, float]
     peak_bytes: float
-    balanced: BalancedPlan | None
+    fits: bool
+    parts: dict[str, float]
+    counts: np.ndarray | None = None  # balanced: layers per chunk and mode
+    balanced: Balanced | None = None
+    even_split_step_s: float | None = None
+
+    @property
+    def recompute(self) -> str:
+        """The recomputation mode, or `per-stage` when a balanced plan mixes."""
+        if self.counts is None:
+            return str(self.config["recompute"])
+        used = {RECOMPUTE_MODES[i] for i in range(3) if self.counts[:, i].sum() > 0}
+        return used.pop() if len(used) == 1 else "per-stage"
 
 
-@dataclass(frozen=True)
+@dataclass
 class SearchOutcome:
-    """Every evaluated configuration, best first, and the search's counts."""
+    """Every evaluated configuration that fits, best first, the faster ones
+    that do not fit, and the search's figures."""
 
-    ranked: tuple[Evaluated, ...]
+    ranked: list[Evaluated]
+    memory_excluded: list[Evaluated]
     num_candidates: int
     num_pruned_by_memory_bound: int
+    num_refused_by_fc: int
     num_priced: int
-    num_fit_closed_form: int
+    num_fit: int
     num_balanced: int
-    num_balancer_unproved: int  # solves that proved no plan within their time limit
+    num_balancer_unproved: int
     proved: bool
-    memory_excluded: tuple[Evaluated, ...]
-    usable_bytes: float
+    refusals: Refusals
     elapsed_s: float
+    figures: KeyFigures
+    table: FcTable
+    candidates: Candidates = field(repr=False)
 
 
-def memory_lower_bound(
-    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates
+def _key_figures(
+    inp: JobInput, hw: HardwareView, table: FcTable, c: Candidates, figs: KeyFigures
+) -> None:
+    """Fill `figs` for the candidates' keys (their FC entries are blocks)."""
+    t, model = inp.training, inp.model
+    keys = list(zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True))
+    entries = table.entries(list(dict.fromkeys(keys)))
+    for key, entry in entries.items():
+        if key in figs.blocks:
+            continue
+        rows, cols, mbs = key
+        assert isinstance(entry, FcBlock)
+        figs.blocks[key] = block_figures(model, t, hw, entry, rows * cols, mbs)
+        comm = hw.tensor_comm(MeshShape(rows, cols))
+        figs.ends[key] = end_figures(model, t, hw, comm, rows, cols, mbs)
+    for rows, cols, dp, pp in zip(
+        c.rows.tolist(), c.cols.tolist(), c.dp.tolist(), c.pp.tolist(), strict=True
+    ):
+        if (rows, cols, dp, pp) not in figs.layouts:
+            layout = hw.layout(MeshShape(rows, cols), dp, pp)
+            assert isinstance(layout, Layout)
+            figs.layouts[(rows, cols, dp, pp)] = layout
+
+
+def _fc_feasible(
+    c: Candidates, table: FcTable, refusals: Refusals, errors: list[InputError]
 ) -> np.ndarray:
-    """Bytes no stage assignment can go below on the fullest stage (step 2
-    of the module docstring); exact closed-form memory for one stage."""
-    first, _ = memory_bytes(model, hw, train, c)
-    el = train.dtype.num_bytes
-    g_el = 4 if train.fp32_gradients else el
-    t, dp, z, pp = c.tp.astype(float), c.dp, c.zero, c.pp
-    per_param = (
-        el / np.where(z >= 3, dp, 1)
-        + g_el / np.where(z >= 2, dp, 1)
-        + 12.0 / np.where(z >= 1, dp, 1)
+    """Mask of candidates whose mesh can run the block at their micro-batch;
+    the others' reasons are recorded (per mesh and micro-batch)."""
+    keys = list(zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True))
+    entries = table.entries(list(dict.fromkeys(keys)))
+    ok = {}
+    for (rows, cols, mbs), entry in entries.items():
+        ok[(rows, cols, mbs)] = isinstance(entry, FcBlock)
+        if not isinstance(entry, FcBlock):
+            refusals.add("tensor_mesh", f"{rows}x{cols} at micro-batch {mbs}", entry)
+    for err in table.errors:
+        if err not in errors:
+            errors.append(err)
+    return np.array([ok[k] for k in keys], dtype=bool)
+
+
+def _evaluated(config: dict[str, int | str], p: Priced, j: int, order: int) -> Evaluated:
+    """Row `j` of `p` for the candidate `config`."""
+    return Evaluated(
+        order=order,
+        config=config,
+        step_s=float(p.step_s[j]),
+        peak_bytes=float(p.peak_bytes[j]),
+        fits=bool(p.fits[j]),
+        parts={k: float(p.parts[k][j]) for k in PARTS},
     )
-    h, vocab = model.hidden_size, model.vocab_size or 0
-    static = (model.num_layers * block_params(model) + 2 * vocab * h + h) / t * per_param
-    logits = (c.mbs * train.sequence_length).astype(float) * vocab / t * (4 + el)
-    acts = activation_bytes(model, train, c)
-    if train.recompute == "auto":
-        lightest = acts.min(axis=1)
-    else:
-        lightest = acts[np.arange(len(c)), c.recompute]
-    bound = (static + logits + model.num_layers * lightest) / pp
-    return np.where(pp == 1, first, bound)
-
-
-def _step_lower_bound(
-    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, c: Candidates, p: Priced
-) -> np.ndarray:
-    """Seconds no balanced plan of a pipelined candidate can beat.
-
-    Stage `b` cannot start before micro-batch 1 has run forward through the
-    stages before it, does `m W_b` of work, and its last backward still has
-    to run through those stages: `step >= sum_{s<b} W_s + m W_b` for every
-    `b` (1F1B). Over any split of the total work `S` (no recomputation, head
-    and tail included) the smallest maximum of these makes them all equal,
-    which gives `S / (1 - (1 - 1/m)^pp)`. Interleaved schedules use the
-    weaker `m S / pp` (every stage busy `m W_b`, the largest at least the
-    average). The pipeline transfers, data-parallel and optimizer terms are
-    added as the balancer's plans add them."""
-    blk = block_figures(model, hw, train, c)
-    head, tail_fwd, tail_bwd = end_block_seconds(model, hw, train, c)
-    m = (train.global_batch_sequences // (c.dp * c.mbs)).astype(float)
-    work = model.num_layers * (blk.forward_s + blk.backward_s) + head + tail_fwd + tail_bwd
-    chain = work / (1 - (1 - 1 / m) ** c.pp)
-    pipe = np.where(c.v == 1, np.maximum(chain, m * work / c.pp), m * work / c.pp)
-    comm = p.components["pp_comm_s"] / m
-    return (
-        pipe
-        + (m + (c.pp - 1) / c.v) * comm
-        + (p.components["dp_comm_s"] + p.components["optimizer_s"])
-    )
-
-
-def _evaluated(c: Candidates, p: Priced, i: int, order: int, bal: BalancedPlan | None):
-    comps = {k: float(p.components[k][i]) for k in COMPONENTS}
-    step = float(p.step_s[i])
-    peak = float(p.peak_bytes[i])
-    config = c.row(i)
-    if bal is not None:
-        step = bal.step_s
-        peak = max(bal.stage_peak_bytes)
-        # The busiest stage of the balanced plan, m micro-batches; the
-        # pipeline transfers, data-parallel and optimizer terms as priced.
-        m = float(p.micro_batches[i])
-        comps["compute_s"] = m * bal.busiest_compute_s
-        comps["tp_comm_s"] = m * bal.busiest_tp_comm_s
-        comps["recompute_s"] = m * bal.busiest_recompute_s
-        others = sum(v for k, v in comps.items() if k != "bubble_s")
-        comps["bubble_s"] = step - others
-        rec = {k for st in bal.recompute_per_stage for k in st}
-        config["recompute"] = next(iter(rec)) if len(rec) == 1 else "per-stage"
-    return Evaluated(order, config, step, float(p.step_s[i]), comps, peak, bal)
-
-
-def _rank_key(e: Evaluated) -> tuple[float, int]:
-    return (e.step_s, e.order)
 
 
 def _sorted(items: list[Evaluated]) -> list[Evaluated]:
     """Ascending step; within the tie tolerance the canonical order wins."""
     result: list[Evaluated] = []
     group: list[Evaluated] = []
-    for e in sorted(items, key=_rank_key):
+    for e in sorted(items, key=lambda x: (x.step_s, x.order)):
         if group and e.step_s > group[0].step_s * (1 + TIE_RELATIVE):
             result += sorted(group, key=lambda x: x.order)
             group = []
@@ -187,176 +167,319 @@ def _sorted(items: list[Evaluated]) -> list[Evaluated]:
     return result + sorted(group, key=lambda x: x.order)
 
 
-def _mix_winner(
-    model: ModelSpec,
-    hw: SearchHardware,
-    train: AutoTrainingSpec,
-    limits: SearchConstraints,
-    c: Candidates,
-    p: Priced,
-    ranked: list[Evaluated],
-    row_of: dict[int, int],
-) -> tuple[list[Evaluated], bool]:
-    """Step 6: when the winner is a balanced pipeline and recomputation is
-    on auto, let the balancer mix two modes per stage for it; a proved,
-    faster plan replaces it. Returns the ranking and whether a solve ran."""
-    if not ranked or ranked[0].balanced is None or train.recompute != "auto":
-        return ranked, False
-    top = ranked[0]
-    i = row_of[top.order]
+def _balance_figures(
+    inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigures, i: int
+) -> BalanceFigures:
+    """One candidate's figures for the balancer (balance_adapter.py)."""
     one = c.take(np.array([i]))
-    blk = block_figures(model, hw, train, one)
-    acts = activation_bytes(model, train, one)[0]
-    if len(balancer_options(model, hw, train, one, acts, blk.recompute_extra_s[0], True)) < 2:
+    a = {k: float(x[0]) for k, x in gather_figures(one, figs).items() if x.ndim == 1}
+    rec = tuple(float(x) for x in gather_figures(one, figs)["rec"][0])
+    act = tuple(float(x) for x in gather_figures(one, figs)["act"][0])
+    t = inp.training
+    e = t.dtype.num_bytes
+    g = 4 if t.fp32_gradients else e
+    per_param = float(state_bytes_per_param(one, e, g)[0])
+    zero = int(one.zero[0])
+    constant = a["fc_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
+    return BalanceFigures(
+        num_layers=inp.model.num_layers,
+        pp=int(one.pp[0]),
+        v=int(one.v[0]),
+        m=t.global_batch_sequences // (int(one.dp[0]) * int(one.mbs[0])),
+        forward_s=a["fc_f"] + a["attn_f"] + a["ew_f"],
+        backward_s=a["fc_b"] + a["attn_b"] + a["ew_b"],
+        recompute_s=rec,  # type: ignore[arg-type]
+        activation_bytes=act,  # type: ignore[arg-type]
+        layer_state_bytes=a["params"] * per_param,
+        head_forward_s=a["head_f"],
+        head_backward_s=a["head_b"],
+        head_state_bytes=a["head_p"] * per_param,
+        tail_forward_s=a["tail_f"],
+        tail_backward_s=a["tail_b"],
+        tail_state_bytes=a["tail_p"] * per_param + a["tail_x"],
+        constant_bytes=constant,
+        full_transient_bytes=act[0],
+        usable_bytes=hw.usable_bytes,
+    )
+
+
+def _balancer_modes(
+    c: Candidates,
+    rows: list[int],
+    priced: dict[int, tuple[Priced, int]],
+    fixed: bool,
+    mix: bool,
+) -> tuple[str, ...]:
+    """Recomputation modes the balancer gets for a configuration whose
+    candidates (one per mode left) are `rows`: a pinned mode alone;
+    otherwise the fastest mode whose even split fits (with `mix`, also the
+    next faster one, which does not fit everywhere, so mixing per stage is
+    what can pay); when none fits, the lightest (with `mix`, every one).
+    One mode keeps the balancer's MILP small enough to prove in about a
+    second; only the winner gets two (step 6)."""
+    if fixed:
+        return (RECOMPUTE_MODES[int(c.recompute[rows[0]])],)
+
+    def step_of(r: int) -> float:
+        p, j = priced[r]
+        return float(p.step_s[j])
+
+    def fits(r: int) -> bool:
+        p, j = priced[r]
+        return bool(p.fits[j])
+
+    by_time = sorted(rows, key=lambda r: (step_of(r), int(c.recompute[r])))
+    fitting = [r for r in by_time if fits(r)]
+    if not fitting:
+        lightest = max(rows, key=lambda r: int(c.recompute[r]))
+        chosen = by_time if mix else [lightest]
+    else:
+        f = by_time.index(fitting[0])
+        chosen = by_time[max(f - 1, 0) : f + 1] if mix else [fitting[0]]
+    codes = sorted({int(c.recompute[r]) for r in chosen})
+    return tuple(RECOMPUTE_MODES[k] for k in codes)
+
+
+def _balanced_evaluation(
+    inp: JobInput,
+    hw: HardwareView,
+    c: Candidates,
+    figs: KeyFigures,
+    pick: int,
+    order: int,
+    modes: tuple[str, ...],
+    time_limit_s: float,
+) -> tuple[Balanced, Evaluated | None]:
+    """Balance candidate `pick` with `modes`; its step-model evaluation
+    when the solver proved a plan that fits."""
+    f = _balance_figures(inp, hw, c, figs, pick)
+    outcome = balance_candidate(f, modes, time_limit_s)
+    if outcome.counts is None or not outcome.proved:
+        return outcome, None
+    one = c.take(np.array([pick]))
+    model = inp.model
+    p = price(
+        one,
+        figs,
+        hw,
+        inp.training,
+        model.num_layers,
+        model.hidden_size,
+        assignments=[outcome.counts],
+    )
+    e = _evaluated(one.row(0), p, 0, order)
+    return outcome, replace(e, counts=outcome.counts, balanced=outcome)
+
+
+def _mix_winner(
+    inp: JobInput,
+    hw: HardwareView,
+    c: Candidates,
+    figs: KeyFigures,
+    ranked: list[Evaluated],
+    lim: Constraints,
+    keys: dict[tuple, list[int]],
+    priced: dict[int, tuple[Priced, int]],
+) -> tuple[list[Evaluated], bool]:
+    """Step 6: let the balancer mix the balanced winner's mode with the next
+    faster one per stage; a proved, faster plan that fits replaces it.
+    Returns the ranking and whether a solve ran."""
+    top = ranked[0]
+    rows = keys[_config_key_of(top.config, True)]
+    modes = _balancer_modes(c, rows, priced, False, mix=True)
+    if len(modes) < 2:
         return ranked, False
-    bal = balance_candidate(model, hw, train, c, i, limits.ilp_time_limit_s, mix=True)
-    if bal is None or not bal.proved or bal.step_s >= top.step_s:
+    pick = next(i for i in rows if RECOMPUTE_MODES[int(c.recompute[i])] in modes)
+    _, mixed = _balanced_evaluation(inp, hw, c, figs, pick, top.order, modes, lim.ilp_time_limit_s)
+    if mixed is None or not mixed.fits or mixed.step_s >= top.step_s:
         return ranked, True
-    return _sorted([_evaluated(c, p, i, top.order, bal), *ranked[1:]]), True
+    mixed = replace(mixed, even_split_step_s=top.even_split_step_s)
+    return _sorted([mixed, *ranked[1:]]), True
+
+
+def _config_key_of(config: dict[str, int | str], recompute_searched: bool) -> tuple[int, ...]:
+    row = [int(config[k]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero")]
+    rc = RECOMPUTE_MODES.index(str(config["recompute"]))
+    return (*row, -1 if recompute_searched else rc)
+
+
+def _config_key(c: Candidates, i: int, recompute_searched: bool) -> tuple[int, ...]:
+    """Candidates of one key share one balancer problem: with recomputation
+    searched the balancer may choose it, so it is not part of the key."""
+    row = [int(getattr(c, k)[i]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero")]
+    return (*row, -1 if recompute_searched else int(c.recompute[i]))
 
 
 def search(
-    model: ModelSpec,
-    hw: SearchHardware,
-    train: AutoTrainingSpec,
-    limits: SearchConstraints,
+    inp: JobInput,
+    hw: HardwareView,
+    policy: DataflowPolicy | None = None,
     *,
+    constraints: Constraints | None = None,
+    balance_layers: bool | None = None,
+    table: FcTable | None = None,
     max_extra_solves: int | None = None,
 ) -> SearchOutcome:
-    """Run steps 1-5 of the module docstring. `max_extra_solves` caps the
-    balancer solves after the finalists (default: as many as finalists)."""
+    """Run steps 1-6 of the module docstring. `balance_layers` (default:
+    the training's `layer_split`) turns the pipeline ILP on or off;
+    `table` reuses another search's FC prices."""
     t0 = time.perf_counter()
-    everything = enumerate_candidates(model, hw, train, limits)
-    keep = memory_lower_bound(model, hw, train, everything) <= hw.usable_bytes
+    lim = constraints or inp.constraints
+    t = inp.training
+    policy = policy or inp.search.dataflow
+    if balance_layers is None:
+        balance_layers = t.layer_split is LayerSplit.BALANCED
+    refusals = Refusals()
+    everything = enumerate_candidates(inp, hw, refusals, lim)
+    searched_rc = t.pinned("recompute") is None
+    per_stage = hw.workspace_bytes + hw.reserve_bytes
+    keep = memory_lower_bound(inp, everything, per_stage, searched_rc) <= hw.hbm_bytes
     c = everything.take(np.flatnonzero(keep))
     order = np.flatnonzero(keep)
-    p = price(model, hw, train, c)
-    fits = p.fits
-    auto_rc = train.recompute == "auto"
-    evaluated: dict[tuple, Evaluated] = {}
-    for i in np.flatnonzero(fits & (c.pp == 1)):
-        evaluated[("single", int(i))] = _evaluated(c, p, int(i), int(order[i]), None)
+    table = table or FcTable(inp, hw, policy)
+    errors: list[InputError] = []
+    ok = _fc_feasible(c, table, refusals, errors)
+    num_refused_by_fc = int((~ok).sum())
+    c, order = c.take(np.flatnonzero(ok)), order[ok]
+    figs = KeyFigures({}, {}, {})
+    _key_figures(inp, hw, table, c, figs)
+    n = len(c)
+    model = inp.model
 
-    # Candidates sharing a balancer problem: the first (canonical) row is
-    # balanced for the key; the key's best closed-form row that fits is its
-    # fallback when the solver proves nothing.
-    keys: dict[tuple, list[int]] = {}
-    for i in np.flatnonzero(c.pp > 1):
-        keys.setdefault(balance_key(c, int(i), auto_rc), []).append(int(i))
-    solved: dict[tuple, BalancedPlan | None] = {}
+    arrays = gather_figures(c, figs) if n else {}
+    p2p = pipeline_send_s(c, figs, hw, t, model.hidden_size) if n else np.zeros(0)
+    # split-independent: no layer split or recomputation mix beats it (step 5)
+    bound = step_lower_bound(inp, c, arrays, p2p, hw.hbm_bytes_per_s) if n else np.zeros(0)
+    priced_mask = np.zeros(n, dtype=bool)
+    step = np.full(n, np.inf)
+    fits = np.zeros(n, dtype=bool)
+    priced_rows: dict[int, tuple[Priced, int]] = {}
 
-    def run(key: tuple) -> None:
-        rows = keys[key]
-        bal = balance_candidate(model, hw, train, c, rows[0], limits.ilp_time_limit_s)
-        solved[key] = bal
-        if bal is not None and bal.proved:
-            evaluated[key] = _evaluated(c, p, rows[0], int(order[rows[0]]), bal)
+    def run(rows: np.ndarray) -> None:
+        if not rows.size:
             return
-        fitting = [i for i in rows if fits[i]]
-        if fitting:
-            i = min(fitting, key=lambda r: (float(p.step_s[r]), int(order[r])))
-            evaluated[key] = _evaluated(c, p, i, int(order[i]), None)
+        sub = c.take(rows)
+        p = price(sub, figs, hw, t, model.num_layers, model.hidden_size)
+        step[rows] = p.step_s
+        fits[rows] = p.fits
+        priced_mask[rows] = True
+        for j, i in enumerate(rows.tolist()):
+            priced_rows[i] = (p, j)
 
-    def best_step() -> float:
-        return min((e.step_s for e in evaluated.values()), default=np.inf)
+    def threshold() -> float:
+        good = np.sort(step[fits])
+        k = lim.top_n + 1
+        return float(good[k - 1]) * (1 + TIE_RELATIVE) if good.size >= k else np.inf
 
-    key_lb: dict[tuple, float] = {}
-    if keys:
-        piped = np.flatnonzero(c.pp > 1)
-        lbs = _step_lower_bound(model, hw, train, c.take(piped), p_take(p, piped))
-        row_lb = dict(zip(piped.tolist(), lbs.tolist(), strict=True))
-        key_lb = {key: min(row_lb[i] for i in rows) for key, rows in keys.items()}
-    # Finalists: the best pipelined candidates by closed form, skipping any
-    # whose bound already loses to the best step found (it cannot win).
-    by_closed = sorted(
-        (float(p.step_s[i]), int(order[i]), key)
-        for key, rows in keys.items()
-        for i in rows
-        if fits[i]
-    )
-    finalists = 0
-    for _, _, key in by_closed:
-        if finalists >= limits.finalists:
+    run(np.flatnonzero(c.pp == 1))
+    piped = np.flatnonzero(c.pp > 1)
+    # the even split's own bound (model.chain_bound_s): tighter, for step 4
+    even_bound = np.full(n, np.inf)
+    if piped.size:
+        sub = c.take(piped)
+        even_bound[piped] = price(
+            sub, figs, hw, t, model.num_layers, model.hidden_size, exact=False
+        ).step_s
+    piped = piped[np.argsort(even_bound[piped], kind="stable")]
+    pos = 0
+    while pos < piped.size:
+        limit = threshold()
+        if even_bound[piped[pos]] > limit:
             break
-        if key in solved:
-            continue
-        finalists += 1
-        if key_lb[key] < best_step():
-            run(key)
-    budget = limits.finalists if max_extra_solves is None else max_extra_solves
+        batch = piped[pos : pos + BATCH]
+        batch = batch[even_bound[batch] <= limit]
+        run(batch)
+        pos += BATCH
+
+    evaluated: dict[int, Evaluated] = {}
+    for i, (p, j) in priced_rows.items():
+        evaluated[i] = _evaluated(c.row(i), p, j, int(order[i]))
+
+    # step 5: balance pipelined configurations
+    num_balanced = unproved = 0
     proved = True
-    for bound, _, key in sorted((b, int(order[keys[k][0]]), k) for k, b in key_lb.items()):
-        if key in solved:
-            continue
-        if bound >= best_step():
-            break
-        if budget <= 0:
-            proved = False
-            break
-        budget -= 1
-        run(key)
-    ranked = _sorted(list(evaluated.values()))
-    row_of = {int(order[i]): int(i) for i in range(len(c))}
-    ranked, mixed = _mix_winner(model, hw, train, limits, c, p, ranked, row_of)
+    keys: dict[tuple, list[int]] = {}
+    if balance_layers and np.any(c.pp > 1):
+        for i in np.flatnonzero(c.pp > 1).tolist():
+            keys.setdefault(_config_key(c, i, searched_rc), []).append(i)
+        key_bound = {k: min(float(bound[i]) for i in rows) for k, rows in keys.items()}
+        solved: set[tuple] = set()
+
+        def best() -> float:
+            good = [e.step_s for e in evaluated.values() if e.fits]
+            return min(good, default=np.inf)
+
+        def balance_key(key: tuple) -> None:
+            nonlocal num_balanced, unproved
+            rows = keys[key]
+            missing = np.array([i for i in rows if not priced_mask[i]], dtype=np.int64)
+            run(missing)
+            for i in missing.tolist():
+                p, j = priced_rows[i]
+                evaluated[i] = _evaluated(c.row(i), p, j, int(order[i]))
+            modes = _balancer_modes(c, rows, priced_rows, not searched_rc, mix=False)
+            pick = next(i for i in rows if RECOMPUTE_MODES[int(c.recompute[i])] in modes)
+            outcome, e = _balanced_evaluation(
+                inp, hw, c, figs, pick, int(order[pick]), modes, lim.ilp_time_limit_s
+            )
+            solved.add(key)
+            num_balanced += 1
+            if not outcome.proved:
+                unproved += 1
+            fitting = [evaluated[i].step_s for i in rows if i in evaluated and evaluated[i].fits]
+            even = min(fitting, default=None)
+            if e is None or not e.fits or (even is not None and e.step_s >= even):
+                return
+            for i in rows:
+                evaluated.pop(i, None)
+            evaluated[-1 - pick] = replace(e, even_split_step_s=even)
+
+        by_step = sorted(
+            (e.step_s, e.order, _config_key(c, i, searched_rc))
+            for i, e in evaluated.items()
+            if i >= 0 and e.fits and int(c.pp[i]) > 1
+        )
+        finalists = 0
+        for _, _, key in by_step:
+            if finalists >= lim.finalists:
+                break
+            if key in solved:
+                continue
+            finalists += 1
+            if key_bound[key] < best():
+                balance_key(key)
+        budget = lim.finalists if max_extra_solves is None else max_extra_solves
+        for kb, key in sorted((b, k) for k, b in key_bound.items()):
+            if key in solved:
+                continue
+            if kb >= best():
+                break
+            if budget <= 0:
+                proved = False
+                break
+            budget -= 1
+            balance_key(key)
+
+    ranked = _sorted([e for e in evaluated.values() if e.fits])
+    if ranked and balance_layers and searched_rc and ranked[0].counts is not None:
+        ranked, ran = _mix_winner(inp, hw, c, figs, ranked, lim, keys, priced_rows)
+        num_balanced += int(ran)
     best_step = ranked[0].step_s if ranked else np.inf
-    excluded = [
-        _evaluated(c, p, int(i), int(order[i]), None)
-        for i in np.flatnonzero(~fits & (p.step_s < best_step))
-    ]
+    excluded = _sorted([e for e in evaluated.values() if not e.fits and e.step_s < best_step])
     return SearchOutcome(
-        ranked=tuple(ranked),
+        ranked=ranked,
+        memory_excluded=excluded[:5],
         num_candidates=len(everything),
         num_pruned_by_memory_bound=int((~keep).sum()),
-        num_priced=len(c),
-        num_fit_closed_form=int(fits.sum()),
-        num_balanced=len(solved) + int(mixed),
-        num_balancer_unproved=sum(1 for b in solved.values() if b is None or not b.proved),
+        num_refused_by_fc=num_refused_by_fc,
+        num_priced=int(priced_mask.sum()),
+        num_fit=int(fits.sum()),
+        num_balanced=num_balanced,
+        num_balancer_unproved=unproved,
         proved=proved,
-        memory_excluded=tuple(_sorted(excluded)[:5]),
-        usable_bytes=hw.usable_bytes,
+        refusals=refusals,
         elapsed_s=time.perf_counter() - t0,
+        figures=figs,
+        table=table,
+        candidates=c,
     )
-
-
-def p_take(p: Priced, rows: np.ndarray) -> Priced:
-    """The priced rows at `rows`."""
-    return Priced(
-        p.step_s[rows],
-        {k: v[rows] for k, v in p.components.items()},
-        p.first_stage_bytes[rows],
-        p.last_stage_bytes[rows],
-        p.usable_bytes,
-        p.micro_batches[rows],
-    )
-
-
-def exhaustive(
-    model: ModelSpec, hw: SearchHardware, train: AutoTrainingSpec, limits: SearchConstraints
-) -> list[Evaluated]:
-    """Reference for tests: every candidate evaluated with no pruning and no
-    bound (single-stage ones in closed form, every pipelined one balanced),
-    ranked by the same rule."""
-    c = enumerate_candidates(model, hw, train, limits)
-    p = price(model, hw, train, c)
-    out = []
-    auto_rc = train.recompute == "auto"
-    keys: dict[tuple, list[int]] = {}
-    for i in range(len(c)):
-        if c.pp[i] == 1:
-            if p.fits[i]:
-                out.append(_evaluated(c, p, i, i, None))
-        else:
-            keys.setdefault(balance_key(c, i, auto_rc), []).append(i)
-    for rows in keys.values():
-        bal = balance_candidate(model, hw, train, c, rows[0], limits.ilp_time_limit_s)
-        if bal is not None and bal.proved:
-            out.append(_evaluated(c, p, rows[0], rows[0], bal))
-            continue
-        fitting = [i for i in rows if p.fits[i]]
-        if fitting:
-            i = min(fitting, key=lambda r: (float(p.step_s[r]), r))
-            out.append(_evaluated(c, p, i, i, None))
-    ranked, _ = _mix_winner(
-        model, hw, train, limits, c, p, _sorted(out), {i: i for i in range(len(c))}
-    )
-    return ranked

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
 Op = tuple[bool, int, int]
 
 
@@ -87,7 +89,7 @@ def alive_profile(order: tuple[Op, ...], num_chunks: int) -> list[tuple[int, ...
     return profile
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def peak_alive_vectors(
     num_stages: int, num_chunks: int, num_micro_batches: int, interleaved: bool
 ) -> tuple[tuple[tuple[int, ...], ...], ...]:
@@ -95,13 +97,14 @@ def peak_alive_vectors(
     activation memory is `max_a sum_k a_k * act_k` over these, whatever the
     per-chunk activation sizes `act_k >= 0` are. With v = 1 this is the
     single vector (min(pp - s, m),)."""
+    if not interleaved and num_chunks == 1:
+        return tuple(((min(num_stages - s, num_micro_batches),),) for s in range(num_stages))
     result = []
     for order in stage_orders(num_stages, num_chunks, num_micro_batches, interleaved):
-        vectors = set(alive_profile(order, num_chunks))
-        maximal = [
-            a
-            for a in vectors
-            if not any(b != a and all(x >= y for x, y in zip(b, a, strict=True)) for b in vectors)
-        ]
-        result.append(tuple(sorted(maximal, reverse=True)))
+        vectors = np.unique(np.asarray(alive_profile(order, num_chunks), dtype=np.int64), axis=0)
+        # a is dominated when some other b >= a everywhere (b != a: rows are unique)
+        ge = (vectors[:, None, :] >= vectors[None, :, :]).all(axis=2)
+        np.fill_diagonal(ge, False)
+        maximal = vectors[~ge.any(axis=0)]
+        result.append(tuple(sorted((tuple(int(x) for x in row) for row in maximal), reverse=True)))
     return tuple(result)

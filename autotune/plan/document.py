@@ -1,30 +1,27 @@
-"""Build the sharding-config document from a plan result (no arithmetic
+"""The FC parts of the Plan document from an FC plan result (no arithmetic
 beyond unit-free copying: every number comes from the result)."""
 
 from __future__ import annotations
 
 from autotune.loading import calibration_file, sha256_of
-from autotune.plan.job_schema import JobDoc
 from autotune.plan.results import GemmPlan, LayerPlan, PlanResult
 from autotune.plan.schema import (
-    PLAN_SCHEMA,
     AxisDoc,
     BreakdownDoc,
     CalibrationRefDoc,
     CandidateDoc,
     CollectiveDoc,
     ComparisonDoc,
+    FcDoc,
     GemmDoc,
-    InputsDoc,
     LayerDoc,
     MeshDoc,
     OneDDoc,
     PhysicalGemmDoc,
-    PlanDocument,
-    SummaryDoc,
     TensorDoc,
     TransposeDoc,
 )
+from autotune.specs.calibration import CalibrationSpec
 from cost_models import TimeBreakdown
 
 
@@ -102,9 +99,9 @@ def _layer(lp: LayerPlan) -> LayerDoc:
     )
 
 
-def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
-    cal = result.inputs.calibration
-    path = result.inputs.calibration_ref
+def calibration_ref(calibration: CalibrationSpec, path: str | None) -> CalibrationRefDoc:
+    """Which calibration a plan used: its name, source, file and digest."""
+    cal = calibration
     file = calibration_file(path) if path else None
     digest = sha256_of(file) if file is not None else None
     expected = cal.expected_error.model_dump(mode="json") if cal.expected_error else None
@@ -113,11 +110,25 @@ def _calibration_ref(result: PlanResult) -> CalibrationRefDoc:
     )
 
 
-def to_document(result: PlanResult, job: JobDoc) -> PlanDocument:
-    """The plan and its whole step (the `job` section, built by
-    `autotune.job.document.job_document`) as a validated `meshtune.plan/2`
-    document."""
-    inp = result.inputs
+def mesh_doc(result: PlanResult) -> MeshDoc:
+    """The tensor mesh of an FC plan."""
+    return MeshDoc(
+        num_rows=result.mesh.num_rows,
+        num_cols=result.mesh.num_cols,
+        num_chips=result.mesh.num_chips,
+        axis_names=["row", "col"],
+        block_size=result.inputs.cluster.block_size,
+        residual_stream_transposed=result.residual_transposed,
+    )
+
+
+def layer_docs(result: PlanResult) -> list[LayerDoc]:
+    """Every FC layer of an FC plan."""
+    return [_layer(lp) for lp in result.layers]
+
+
+def fc_doc(result: PlanResult) -> FcDoc:
+    """The FC section: totals, transposes, ranked meshes, comparisons."""
     cmp = result.comparison
     comparison = None
     if cmp is not None:
@@ -131,27 +142,14 @@ def to_document(result: PlanResult, job: JobDoc) -> PlanDocument:
             differing_layers=list(cmp.differing_layers),
             note=note,
         )
-    return PlanDocument(
-        schema_=PLAN_SCHEMA,
-        mesh=MeshDoc(
-            num_rows=result.mesh.num_rows,
-            num_cols=result.mesh.num_cols,
-            num_chips=result.mesh.num_chips,
-            axis_names=["row", "col"],
-            block_size=inp.cluster.block_size,
-            residual_stream_transposed=result.residual_transposed,
-        ),
-        summary=SummaryDoc(
-            step_fc_time_s=result.step_fc_time_s,
-            fc_flops_per_step=result.fc_flops_per_step,
-            flop_utilization=result.flop_utilization,
-            peak_flops_per_s=result.peak_flops_per_s,
-            transposes_per_block=len(result.transposes),
-            transpose_s_per_step=result.transpose_s_per_step,
-            breakdown=_breakdown(result.breakdown_per_step),
-            warnings=list(result.warnings),
-        ),
-        layers=[_layer(lp) for lp in result.layers],
+    return FcDoc(
+        step_fc_time_s=result.step_fc_time_s,
+        fc_flops_per_step=result.fc_flops_per_step,
+        flop_utilization=result.flop_utilization,
+        peak_flops_per_s=result.peak_flops_per_s,
+        transposes_per_block=len(result.transposes),
+        transpose_s_per_step=result.transpose_s_per_step,
+        breakdown=_breakdown(result.breakdown_per_step),
         transposes=[
             TransposeDoc(where=t.where, rows=t.rows, cols=t.cols) for t in result.transposes
         ],
@@ -167,19 +165,8 @@ def to_document(result: PlanResult, job: JobDoc) -> PlanDocument:
             for c in result.candidates
         ],
         dataflow_comparison=comparison,
-        mesh_axes=_axes(result),
         one_d_comparison=_one_d(result),
-        job=job,
-        inputs=InputsDoc(
-            plan_file=inp.source_file,
-            model=inp.model.model_dump(mode="json"),
-            training=inp.training.model_dump(mode="json"),
-            cluster=inp.cluster.document(),
-            cluster_ref=inp.cluster_ref,
-            calibration=_calibration_ref(result),
-            search=inp.search.model_dump(mode="json"),
-            dataflow_policy=result.policy.value,
-        ),
+        mesh_axes=_axes(result),
     )
 
 
@@ -218,15 +205,3 @@ def _one_d(result: PlanResult) -> OneDDoc | None:
         two_d_speedup=o.two_d_speedup,
         note=o.note,
     )
-
-
-def to_json(result: PlanResult, job: JobDoc) -> str:
-    """The document as JSON text (2-space indent, trailing newline)."""
-    doc = to_document(result, job)
-    # calibrations without held-out errors leave the key out (older plan documents)
-    exclude = (
-        {"inputs": {"calibration": {"expected_error"}}}
-        if doc.inputs.calibration.expected_error is None
-        else None
-    )
-    return doc.model_dump_json(indent=2, by_alias=True, exclude=exclude) + "\n"

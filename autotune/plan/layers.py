@@ -55,8 +55,13 @@ def fc_layers(model: ModelSpec, training: TrainingSpec) -> list[FCLayer]:
     projection. Grouped-query attention shrinks the K and V parts of QKV to
     `nkv` heads.
     """
-    tokens = training.tokens_per_micro_batch
     count = blocks_per_stage(model, training) * training.num_micro_batches
+    return block_fc_layers(model, training.tokens_per_micro_batch, count)
+
+
+def block_fc_layers(model: ModelSpec, tokens: int, count: int = 1) -> list[FCLayer]:
+    """The FC layers of a block for `tokens` tokens per micro-batch, each run
+    `count` times per step (see :func:`fc_layers`)."""
     h = model.hidden_size
     qkv_out = (model.num_heads + 2 * model.kv_heads) * model.head_dim
     layers = [

@@ -129,18 +129,22 @@ def price_layer_options(
                     where.append((li, (idx, st, transposed)))
                     option_shapes.append((ids[0], ids[1], ids[2]))
 
-    # every (shape, slice count) pair, priced by (dataflow, variant) group
-    totals: list[np.ndarray] = [np.empty(len(v)) for v in valid]
-    computes: list[np.ndarray] = [np.empty(len(v)) for v in valid]
+    # every (shape, slice count) pair, priced by (dataflow, variant) group;
+    # a shape's counts sit side by side in `flat_total` from `start[i]`
+    lengths = np.array([len(v) for v in valid], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    flat_total = np.empty(int(lengths.sum()))
+    flat_compute = np.empty_like(flat_total)
     groups: dict[tuple, list[int]] = {}
     for i, shape in enumerate(shapes):
         if valid[i]:
             groups.setdefault((shape.dataflow, shape.transposed), []).append(i)
     for (dataflow, transposed), members in groups.items():
-        lengths = [len(valid[i]) for i in members]
-        m = np.repeat([float(shapes[i].m) for i in members], lengths)
-        n = np.repeat([float(shapes[i].n) for i in members], lengths)
-        k = np.repeat([float(shapes[i].k) for i in members], lengths)
+        idx = np.asarray(members, dtype=np.int64)
+        counts = lengths[idx]
+        m = np.repeat([float(shapes[i].m) for i in members], counts)
+        n = np.repeat([float(shapes[i].n) for i in members], counts)
+        k = np.repeat([float(shapes[i].k) for i in members], counts)
         s = np.concatenate([valid[i] for i in members]).astype(float)
         t = meshslice_times(
             dataflow,
@@ -155,11 +159,26 @@ def price_layer_options(
             transposed,
             ctx.overlap_slowdown,
         )
-        cuts = np.cumsum(lengths)[:-1]
-        for i, tot, comp in zip(
-            members, np.split(t["total_s"], cuts), np.split(t["compute_s"], cuts), strict=True
-        ):
-            totals[i], computes[i] = tot, comp
+        where_flat = np.concatenate([np.arange(start[i], start[i] + lengths[i]) for i in members])
+        flat_total[where_flat] = t["total_s"]
+        flat_compute[where_flat] = t["compute_s"]
+    # each shape's fastest count (the first of equal ones, as argmin)
+    nonempty = lengths > 0
+    best_pos = np.full(len(shapes), -1, dtype=np.int64)
+    if nonempty.any():
+        starts = start[nonempty]
+        mins = np.minimum.reduceat(flat_total, starts)
+        seg = np.repeat(np.arange(starts.size), lengths[nonempty])
+        is_min = flat_total == mins[seg]
+        hits = np.flatnonzero(is_min)
+        order = np.flatnonzero(np.diff(np.concatenate([[-1], seg[hits]])) != 0)
+        first = hits[order]
+        best_pos[np.flatnonzero(nonempty)] = first - starts
+
+    def choice(i: int, p: int) -> GemmChoice:
+        j = int(start[i] + p)
+        total, compute = float(flat_total[j]), float(flat_compute[j])
+        return GemmChoice(shapes[i], valid[i][p], valid[i], total, compute)
 
     out: list[dict[OptionKey, LayerOption | str]] = [{} for _ in layer_lists]
     for (li, key), ids in zip(where, option_shapes, strict=True):
@@ -171,7 +190,7 @@ def price_layer_options(
             )
             continue
         if ctx.scope is SliceScope.GEMM:
-            picks = [int(np.argmin(totals[i])) for i in ids]
+            picks = [int(best_pos[i]) for i in ids]
         else:
             common = sorted(set.intersection(*(set(valid[i]) for i in ids)))
             if not common:
@@ -183,16 +202,13 @@ def price_layer_options(
             sums = np.zeros(len(common))
             for i in ids:
                 pos = {c: j for j, c in enumerate(valid[i])}
-                sums += np.array([totals[i][pos[c]] for c in common])
+                sums += np.array([flat_total[start[i] + pos[c]] for c in common])
             best = common[int(np.argmin(sums))]
             picks = [valid[i].index(best) for i in ids]
-        gemms = tuple(
-            GemmChoice(shapes[i], valid[i][p], valid[i], float(totals[i][p]), float(computes[i][p]))
-            for i, p in zip(ids, picks, strict=True)
-        )
+        gemms = tuple(choice(i, p) for i, p in zip(ids, picks, strict=True))
         if ctx.scope is SliceScope.GEMM:
             total = sum(g.total_s for g in gemms)
         else:
-            total = float(sum(totals[i][p] for i, p in zip(ids, picks, strict=True)))
+            total = float(sum(flat_total[start[i] + p] for i, p in zip(ids, picks, strict=True)))
         out[li][key] = LayerOption(total, gemms)  # type: ignore[arg-type]
     return out

@@ -1,8 +1,16 @@
-"""The sharding-config JSON (`meshtune.plan/2`): a pydantic model that both
-writes and validates it. Base units, unit-suffixed keys, stable key order.
+"""The Plan document (`meshtune.plan/3`): a pydantic model that both writes
+and validates it, and whose JSON Schema ships in the package
+(`autotune/schemas/plan-3.schema.json`). Base units, unit-suffixed keys,
+stable key order.
 
-Version 2 adds the `job` section (the whole training step and its memory);
-every key of version 1 keeps its meaning."""
+Version 3 is the one document of every plan, pinned or searched: the
+configuration in full (degrees, every parallel axis on its resources, the
+tensor mesh's per-layer dataflows and slice counts, pipeline stages with
+their layers and recomputation), the predictions (the step and where it
+goes, memory per stage, MFU), the alternatives with what each loses to, the
+search's figures and provenance. The tensor mesh (`mesh`) and its layers
+(`layers`) keep the keys of versions 1 and 2, which `meshtune verify`
+executes."""
 
 from __future__ import annotations
 
@@ -11,9 +19,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune import __version__
-from autotune.plan.job_schema import JobDoc
 
-PLAN_SCHEMA = "meshtune.plan/2"
+PLAN_SCHEMA = "meshtune.plan/3"
+#: schemas of earlier versions, and of the search summary it replaced
+OLD_SCHEMAS = ("meshtune.plan/1", "meshtune.plan/2", "meshtune.job-search/1")
 
 
 class _Doc(BaseModel):
@@ -174,8 +183,10 @@ class OneDDoc(_Doc):
     note: str | None
 
 
-class SummaryDoc(_Doc):
-    """Totals per training step (busiest pipeline stage)."""
+class FcDoc(_Doc):
+    """The FC layers on the tensor mesh: totals per step (busiest stage), the
+    transposes the dataflows force, every mesh of this tensor-parallel size
+    ranked by FC time, and the size-rule and 1D comparisons."""
 
     step_fc_time_s: float
     fc_flops_per_step: float
@@ -184,7 +195,218 @@ class SummaryDoc(_Doc):
     transposes_per_block: int
     transpose_s_per_step: float
     breakdown: BreakdownDoc
-    warnings: list[str] = Field(description="Caveats about the inputs that affect the numbers.")
+    transposes: list[TransposeDoc]
+    mesh_candidates: list[CandidateDoc]
+    dataflow_comparison: ComparisonDoc | None
+    one_d_comparison: OneDDoc | None
+    mesh_axes: list[AxisDoc] = Field(description="The resource under each mesh axis.")
+
+
+class ConfigurationDoc(_Doc):
+    """The chosen configuration: every parallel degree and the step's shape."""
+
+    num_chips: int = Field(description="Chips of the cluster: tensor x pipeline x data.")
+    tensor_parallel: int = Field(description="Chips of one tensor-parallel group.")
+    tensor_mesh: list[int] = Field(description="[rows, cols] of the tensor mesh (1D: [1, N]).")
+    fc_algorithm: Literal["meshslice", "megatron-1d"]
+    sequence_parallel: bool = Field(description="Activations outside the FC layers split.")
+    pipeline_parallel: int
+    interleave: int = Field(description="Model chunks per stage (1: plain 1F1B).")
+    data_parallel: int
+    zero_stage: int
+    micro_batch_size: int = Field(description="Sequences per micro-batch.")
+    micro_batches: int = Field(description="Micro-batches per step and replica.")
+    recompute: str = Field(description="none, selective, full, or per-stage (see pipeline).")
+    layer_split: Literal["even", "balanced"] = Field(
+        description="even: Megatron-LM's even split; balanced: the pipeline balancer's."
+    )
+    attention: Literal["flash", "unfused"]
+    dtype: str
+    global_batch_sequences: int
+    sequence_length: int
+    pinned: list[str] = Field(description="Degrees the plan file pinned.")
+
+
+class LevelDoc(_Doc):
+    """One resource a parallel axis's groups cross."""
+
+    size: int = Field(description="Chips of a group on this resource.")
+    kind: str = Field(
+        description="Calibration key of its links: torus, switched, fully_connected, "
+        "scale_out, dcn, axis (per-axis calibrated rings) or cluster (the cluster file's "
+        "own figures)."
+    )
+    resource: str = Field(description="Resource name; axes naming the same one share it.")
+    link_multiplier: float = Field(description="Unit links the group drives at once.")
+    nominal_bytes_per_s: float | None = Field(description="Data-sheet bandwidth it gets.")
+    description: str
+
+
+class AxisLayoutDoc(_Doc):
+    """One parallel axis on the hardware."""
+
+    axis: Literal["tensor_col", "tensor_row", "data", "pipeline"]
+    size: int
+    stride: int = Field(description="Rank distance between neighbours of a group.")
+    spans_nodes: bool = Field(description="Whether groups cross nodes (NICs) or slices (DCN).")
+    dcn_size: int = Field(description="Chips of a group in different slices (1: none).")
+    levels: list[LevelDoc] = Field(description="Resources crossed, innermost first.")
+    description: str
+
+
+class LayoutDoc(_Doc):
+    """Every parallel axis on its resources."""
+
+    rank_order: list[str] = Field(description="Axes from innermost (consecutive ranks) out.")
+    axes: list[AxisLayoutDoc]
+
+
+class StageDoc(_Doc):
+    """One pipeline stage: its layers per model chunk and their recomputation."""
+
+    stage: int
+    layers: int
+    layers_per_chunk: list[int] = Field(description="Blocks of each local chunk, in order.")
+    recompute: dict[str, int] = Field(description="Blocks per recomputation mode.")
+
+
+class PipelineDoc(_Doc):
+    """How the layers are cut into stages and scheduled."""
+
+    schedule: Literal["1f1b", "interleaved"]
+    num_micro_batches: int
+    layer_split: Literal["even", "balanced"]
+    stages: list[StageDoc]
+    even_split_step_s: float | None = Field(
+        description="The same configuration's step with the even split (balanced plans)."
+    )
+    balancer_status: str | None = Field(description="The pipeline ILP's solver status.")
+
+
+class TimePartDoc(_Doc):
+    """One part of the step (the stage where exposed data-parallel traffic
+    and the optimizer step are largest)."""
+
+    name: str
+    key: str = Field(description="Stable key of the part.")
+    time_s: float
+    share: float = Field(description="time_s / step_s.")
+
+
+class LayerTimesDoc(_Doc):
+    """One block, one micro-batch, one chip, seconds."""
+
+    fc_forward_s: float
+    fc_backward_s: float
+    fc_exposed_comm_s: float
+    attention_forward_s: float
+    attention_backward_s: float
+    elementwise_forward_s: float
+    elementwise_backward_s: float
+    recompute_s: dict[str, float] = Field(description="Extra backward seconds per mode.")
+    activation_bytes: dict[str, float] = Field(description="Bytes kept per mode.")
+
+
+class StageMemoryDoc(_Doc):
+    """Peak memory of one pipeline stage on one chip, bytes."""
+
+    stage: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float = Field(
+        description="Gathered FC slices, ZeRO-3's gathered block, a recomputed block, logits."
+    )
+    workspace_bytes: float
+    reserve_bytes: float = Field(description="Kept free for allocator fragmentation.")
+    total_bytes: float
+    capacity_bytes: float
+    headroom_bytes: float
+    busy_s: float = Field(description="Seconds of work on the stage per step.")
+    data_parallel_comm_s: float
+    data_parallel_exposed_s: float
+    optimizer_s: float
+
+
+class PredictionsDoc(_Doc):
+    """The whole training step of the chosen configuration."""
+
+    step_s: float
+    tokens_per_s: float
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    mfu: float | None
+    hfu: float | None
+    bubble_fraction: float = Field(description="(pp * makespan - busy) / busy over all stages.")
+    breakdown_stage: int = Field(description="The stage whose time the breakdown follows.")
+    breakdown: list[TimePartDoc] = Field(description="Parts of the step; they add up to it.")
+    layer: LayerTimesDoc
+    memory: list[StageMemoryDoc]
+    peak_memory_bytes: float
+    usable_memory_bytes: float = Field(description="HBM less the reserve and the workspace.")
+    fits: bool
+    expected_error: dict | None = Field(
+        description="The calibration's held-out relative errors (null when it records none)."
+    )
+
+
+class ConfigSummaryDoc(_Doc):
+    """A configuration in one line's worth of keys."""
+
+    tensor_mesh: list[int]
+    pipeline_parallel: int
+    interleave: int
+    data_parallel: int
+    zero_stage: int
+    micro_batch_size: int
+    micro_batches: int
+    recompute: str
+
+
+class AlternativeDoc(_Doc):
+    """Another configuration and what it loses to."""
+
+    configuration: ConfigSummaryDoc
+    step_s: float
+    slower_by_s: float
+    loses_to: str = Field(description="The part in which it exceeds the chosen one most.")
+    loses_s: float
+    peak_memory_bytes: float
+    fits: bool
+
+
+class BetterDoc(_Doc):
+    """A configuration faster than a pinned plan (the free search's best)."""
+
+    configuration: ConfigSummaryDoc
+    step_s: float
+    speedup: float = Field(description="Pinned step / this step.")
+    peak_memory_bytes: float
+
+
+class RefusedDoc(_Doc):
+    """A degree value the search refused, and why."""
+
+    degree: str
+    value: str
+    reason: str
+
+
+class SearchDoc(_Doc):
+    """The search's own figures."""
+
+    candidates: int
+    pruned_by_memory_bound: int
+    refused_by_fc_planner: int
+    priced: int = Field(description="Priced exactly by the step model.")
+    fit: int
+    balanced_by_ilp: int
+    ilp_unproved: int = Field(description="Balancer solves that proved no plan in time.")
+    proved_best: bool = Field(description="No configuration left could beat the chosen one.")
+    elapsed_s: float
+    tie_break: str
+    refused: list[RefusedDoc] = Field(description="Refused degree values (first 50).")
 
 
 class CalibrationRefDoc(_Doc):
@@ -198,38 +420,45 @@ class CalibrationRefDoc(_Doc):
     expected_error: dict | None = None
 
 
-class InputsDoc(_Doc):
+class ProvenanceDoc(_Doc):
     """What the plan was computed from."""
 
     plan_file: str | None
     model: dict
-    training: dict
+    training: dict = Field(description="The training section as given (pins and auto).")
     cluster: dict
     cluster_ref: str | None
     calibration: CalibrationRefDoc
     search: dict
+    constraints: dict
     dataflow_policy: Literal["cost", "size-rule", "always-w", "always-y"]
 
 
 class PlanDocument(_Doc):
-    """The whole sharding config."""
+    """The whole plan."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
     )
 
-    schema_: Literal["meshtune.plan/2"] = Field(alias="schema")
+    schema_: Literal["meshtune.plan/3"] = Field(alias="schema")
     tool_version: str = Field(default=__version__)
-    mesh: MeshDoc
-    summary: SummaryDoc
-    layers: list[LayerDoc]
-    transposes: list[TransposeDoc]
-    mesh_candidates: list[CandidateDoc]
-    dataflow_comparison: ComparisonDoc | None
-    mesh_axes: list[AxisDoc] = Field(description="The resource under each mesh axis.")
-    one_d_comparison: OneDDoc | None
-    job: JobDoc = Field(description="The whole training step: time, utilisation, memory.")
-    inputs: InputsDoc
+    configuration: ConfigurationDoc
+    layout: LayoutDoc
+    mesh: MeshDoc = Field(description="The tensor mesh the FC layers run on.")
+    layers: list[LayerDoc] = Field(description="FC layers: dataflows, slice counts, GEMMs.")
+    fc: FcDoc
+    pipeline: PipelineDoc
+    predictions: PredictionsDoc
+    alternatives: list[AlternativeDoc]
+    tied_with_chosen: list[AlternativeDoc]
+    faster_but_out_of_memory: list[AlternativeDoc]
+    better_configuration: BetterDoc | None = Field(
+        description="For a file that pins degrees: a configuration over 10% faster that fits."
+    )
+    search: SearchDoc
+    provenance: ProvenanceDoc
+    warnings: list[str] = Field(description="Caveats about the inputs that affect the numbers.")
 
 
 def plan_json_schema() -> dict:

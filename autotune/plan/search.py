@@ -128,6 +128,11 @@ class MeshEvaluator:
             self._options = price_layer_options([self.layers], context)[0]
         return self._options
 
+    def prime(self, options: dict[OptionKey, LayerOption | str]) -> None:
+        """Use `options` (priced with other meshes' or token counts' in one
+        batch) instead of pricing them here."""
+        self._options = options
+
     def option(self, idx: int, st: Stationary, transposed: bool) -> LayerOption | str:
         """The layer's three GEMMs at their best slice counts, or a reason."""
         return self.options[(idx, st, transposed)]
@@ -217,18 +222,25 @@ def _stationaries(sel: Selection) -> str:
     return " ".join(st.value + ("ᵀ" if t else "") for st, t in sel.choices)
 
 
-def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
-    """Plan the FC layers of `inp`: phase 1 under `policy` (default: the
-    spec's), phase 2 over every allowed mesh shape; the fastest wins."""
-    policy = policy or inp.search.dataflow
-    warnings = check_calibration(inp)
-    ctx = search_context(inp)
+MeshRow = tuple[MeshShape, MeshEvaluator, Selection | str, Selection | str | None]
+
+
+def evaluate_meshes(
+    inp: PlanInput,
+    policy: DataflowPolicy,
+    meshes: Sequence[MeshShape],
+    ctx: SearchContext | None = None,
+    contexts: dict[MeshShape, SearchContext] | None = None,
+) -> list[MeshRow]:
+    """Phase 1 under `policy` (and, for the comparison, the size rule) on
+    each mesh of `meshes`: (mesh, evaluator, selection or reason, size-rule
+    selection or reason). `contexts` supplies already placed contexts."""
+    ctx = ctx or search_context(inp)
     layers = fc_layers(inp.model, inp.training)
-    tp = tp_chip_count(inp)
-    count = layers[0].count_per_step
-    rows: list[tuple[MeshShape, MeshEvaluator, Selection | str, Selection | str | None]] = []
-    for mesh in mesh_shapes(inp.cluster, tp, inp.source_file):
-        ev = MeshEvaluator(inp, layers, mesh, ctx.for_mesh(mesh))
+    rows: list[MeshRow] = []
+    for mesh in meshes:
+        mesh_ctx = (contexts or {}).get(mesh) or ctx.for_mesh(mesh)
+        ev = MeshEvaluator(inp, layers, mesh, mesh_ctx)
         sel = _select(policy, ev)
         ref = (
             _select(DataflowPolicy.SIZE_RULE, ev)
@@ -236,8 +248,27 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
             else None
         )
         rows.append((mesh, ev, sel, ref))
+    return rows
 
-    candidates = sorted(
+
+def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
+    """Plan the FC layers of `inp`: phase 1 under `policy` (default: the
+    spec's), phase 2 over every allowed mesh shape; the fastest wins."""
+    policy = policy or inp.search.dataflow
+    check_calibration(inp)  # its errors come before any pricing
+    ctx = search_context(inp)
+    tp = tp_chip_count(inp)
+    rows = evaluate_meshes(inp, policy, mesh_shapes(inp.cluster, tp, inp.source_file), ctx)
+    feasible = [r for r in rows if isinstance(r[2], Selection)]
+    if not feasible:
+        reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in _ranked(rows, 1)[:6])
+        raise NoFeasiblePlanError(f"no feasible mesh shape for {tp} chips ({reasons})")
+    mesh = min(feasible, key=lambda r: (r[2].cost_s, r[0].num_rows))[0]
+    return plan_result(inp, policy, rows, mesh, ctx)
+
+
+def _ranked(rows: Sequence[MeshRow], count: int) -> list[MeshCandidate]:
+    return sorted(
         (
             MeshCandidate(mesh, True, sel.cost_s * count, None, _stationaries(sel))
             if isinstance(sel, Selection)
@@ -246,13 +277,24 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
         ),
         key=lambda c: (not c.feasible, c.step_fc_time_s or 0.0, c.mesh.num_rows),
     )
-    feasible = [r for r in rows if isinstance(r[2], Selection)]
-    if not feasible:
-        reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates[:6])
-        raise NoFeasiblePlanError(f"no feasible mesh shape for {tp} chips ({reasons})")
-    mesh, ev, sel, _ = min(feasible, key=lambda r: (r[2].cost_s, r[0].num_rows))
-    assert isinstance(sel, Selection)
 
+
+def plan_result(
+    inp: PlanInput,
+    policy: DataflowPolicy,
+    rows: Sequence[MeshRow],
+    mesh: MeshShape,
+    ctx: SearchContext | None = None,
+) -> PlanResult:
+    """The FC plan on `mesh` (one of `rows`, feasible), with every row as a
+    ranked candidate and the size-rule and 1D comparisons."""
+    ctx = ctx or search_context(inp)
+    warnings = check_calibration(inp)
+    layers = fc_layers(inp.model, inp.training)
+    count = layers[0].count_per_step
+    candidates = _ranked(rows, count)
+    _, ev, sel, _ = next(r for r in rows if r[0] == mesh)
+    assert isinstance(sel, Selection), "plan_result needs a feasible mesh"
     layer_plans = _layer_plans(ev, sel)
     transpose_step_s = sum(2.0 * ev.transpose_s(t) for t in sel.transposes) * count
     breakdown = TimeBreakdown.zero()
@@ -266,7 +308,7 @@ def plan(inp: PlanInput, policy: DataflowPolicy | None = None) -> PlanResult:
         inputs=inp,
         policy=policy,
         mesh=mesh,
-        tp_chips=tp,
+        tp_chips=mesh.num_chips,
         layers=layer_plans,
         residual_transposed=sel.residual_state,
         transposes=sel.transposes,

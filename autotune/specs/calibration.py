@@ -25,7 +25,7 @@ CALIBRATION_SCHEMA = "meshtune.calibration/1"
 #: how many units an axis gets: torus links, a switched chip's egress,
 #: fully connected links, a NIC).
 AXIS_KEYS = ("row", "col")
-RESOURCE_KEYS = ("torus", "switched", "fully_connected", "scale_out")
+RESOURCE_KEYS = ("torus", "switched", "fully_connected", "scale_out", "dcn")
 
 
 class CrossValidation(Spec):
@@ -306,7 +306,7 @@ class CalibrationSpec(Spec):
     tool_version: str | None = Field(default=None, description="meshtune version that wrote it.")
     collectives: dict[str, dict[str, LinkSpec]] = Field(
         description="operation -> mesh axis (row, col) or resource kind (torus, switched, "
-        "fully_connected, scale_out: per unit link) -> link parameters."
+        "fully_connected, scale_out, dcn: per unit link) -> link parameters."
     )
     figures: FigureKind | None = Field(
         default=None,

@@ -110,6 +110,25 @@ class TorusSpec(Spec):
         return self
 
 
+class DcnSpec(Spec):
+    """The data-center network joining several torus slices (TPU
+    multi-slice): every slice is one copy of the cluster's `torus`, and
+    chips in different slices talk over the hosts' NICs."""
+
+    num_slices: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Slices joined by the data-center network. Range: 1 to 2^24.",
+    )
+    gb_per_s: float = Field(
+        gt=0,
+        le=MAX_GB_PER_S,
+        description="Data-center network bandwidth per chip, one direction, GB/s (1e9): the "
+        "host's NIC bandwidth over its chips. Range: above 0, at most 1e6.",
+    )
+
+
 class ClusterSpec(Spec):
     """A cluster description (human units in its keys, converted on use)."""
 
@@ -172,6 +191,11 @@ class ClusterSpec(Spec):
     )
     torus: TorusSpec | None = Field(
         default=None, description="torus: its dimensions; omitted means per-axis calibrated rings."
+    )
+    dcn: DcnSpec | None = Field(
+        default=None,
+        description="torus: the data-center network between slices (multi-slice); each slice "
+        "is one `torus`.",
     )
     source: str | None = Field(default=None, description="Where these figures come from.")
     hbm_gb_per_s: float | None = Field(
@@ -238,16 +262,27 @@ class ClusterSpec(Spec):
                     "node is set on a torus; fix: set `topology: switched` or "
                     "`fully_connected`, or remove `node:`"
                 )
+            if self.dcn is not None and self.torus is None:
+                raise ValueError(
+                    "dcn is set without torus; fix: give the slice's `torus:` dimensions"
+                )
             if self.torus is not None:
                 product = 1
                 for d in self.torus.dims:
                     product *= d
-                if product != self.num_chips:
+                slices = self.dcn.num_slices if self.dcn is not None else 1
+                if product * slices != self.num_chips:
                     raise ValueError(
-                        f"torus.dims {self.torus.dims} hold {product} chips, not num_chips "
-                        f"{self.num_chips}; fix: make the dimensions multiply to num_chips"
+                        f"torus.dims {self.torus.dims} x {slices} slice(s) hold "
+                        f"{product * slices} chips, not num_chips {self.num_chips}; fix: make "
+                        "the dimensions times dcn.num_slices equal num_chips"
                     )
             return
+        if self.dcn is not None:
+            raise ValueError(
+                f"dcn is set on a {self.topology.value} cluster; fix: remove `dcn:` (nodes use "
+                "`scale_out:`)"
+            )
         if self.torus is not None:
             raise ValueError(
                 f"torus is set on a {self.topology.value} cluster; fix: remove `torus:` "
@@ -288,7 +323,7 @@ class ClusterSpec(Spec):
         """The spec as JSON, leaving out the topology keys a file did not
         set (so plans of the original torus files read as before)."""
         data = self.model_dump(mode="json")
-        for key in ("chip", "node", "scale_out", "torus"):
+        for key in ("chip", "node", "scale_out", "torus", "dcn"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

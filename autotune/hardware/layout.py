@@ -1,0 +1,315 @@
+"""Every parallel axis of one configuration on the hardware's resources
+(hardware.md section 1; architecture.md "hardware view").
+
+Ranks are laid out innermost first in a fixed order:
+
+- nodes (NVSwitch, NVL72, xGMI): the tensor mesh's col axis, its row axis,
+  data parallelism, pipeline stages (Megatron-LM's and torchtitan's rank
+  order: tensor innermost, pipeline outermost);
+- a torus: the tensor mesh's col and row axes on the innermost torus
+  dimensions, then pipeline stages, then data parallelism (MaxText's order:
+  its `data` mesh axis is the outermost, so several slices joined by the
+  data-center network split the data axis first: `dcn_data_parallelism`).
+
+An axis takes the next chips of the scale-up domain (a node), or the next
+torus dimensions of a slice (`take_dims`); what does not fit crosses the
+NIC rails (nodes) or the data-center network (slices). Each axis is a list of
+levels, innermost first, one per resource it crosses: a data-parallel group
+spanning two slices of four chips each is a torus level of 4 and a DCN
+level of 2, reduced hierarchically (cost_models: one ring per level).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from autotune.hardware.cluster import Cluster
+from autotune.hardware.placement import (
+    AxisPlacement,
+    MeshPlacement,
+    ResourceKind,
+    place_mesh,
+    take_dims,
+)
+from autotune.specs.cluster import Topology
+from cost_models import Axis, MeshShape
+
+
+class ParallelAxis(str, Enum):
+    """The parallel axes of a configuration."""
+
+    TENSOR_COL = "tensor_col"
+    TENSOR_ROW = "tensor_row"
+    DATA = "data"
+    PIPELINE = "pipeline"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One resource an axis's groups cross: `size` chips of the group on it,
+    the calibration key of its unit links (`kind`), the resource's name
+    (axes naming the same one share it), how many unit links the group
+    drives at once (`link_multiplier`) and the data-sheet rate that gives."""
+
+    size: int
+    kind: ResourceKind
+    resource: str
+    link_multiplier: float
+    nominal_bytes_per_s: float | None
+    description: str
+
+
+@dataclass(frozen=True)
+class AxisLayout:
+    """One parallel axis: its size, the rank distance between neighbours
+    (`stride`), and the levels it crosses, innermost first (their sizes
+    multiply to `size`; none for a single chip)."""
+
+    axis: ParallelAxis
+    size: int
+    stride: int
+    levels: tuple[Level, ...]
+
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether the groups cross nodes (NICs) or slices (DCN)."""
+        return any(lv.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN) for lv in self.levels)
+
+    @property
+    def dcn_size(self) -> int:
+        """Chips of a group in different slices (1 unless it crosses the DCN)."""
+        out = 1
+        for lv in self.levels:
+            if lv.kind is ResourceKind.DCN:
+                out *= lv.size
+        return out
+
+    @property
+    def description(self) -> str:
+        """Where the axis runs, in words."""
+        if not self.levels:
+            return "single chip"
+        return "; then ".join(lv.description for lv in self.levels)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A configuration's axes on the hardware: the tensor mesh's placement
+    (the links MeshSlice prices) and every axis as levels."""
+
+    mesh: MeshShape
+    tensor: MeshPlacement
+    axes: tuple[AxisLayout, ...]
+    rank_order: tuple[ParallelAxis, ...]
+
+    def axis(self, which: ParallelAxis) -> AxisLayout:
+        """The layout of one parallel axis."""
+        return next(a for a in self.axes if a.axis is which)
+
+
+def _tensor_axis(p: AxisPlacement, stride: int) -> AxisLayout:
+    which = ParallelAxis.TENSOR_ROW if p.axis is Axis.ROW else ParallelAxis.TENSOR_COL
+    if p.size == 1:
+        return AxisLayout(which, 1, stride, ())
+    level = Level(
+        p.size, p.kind, p.resource, p.link_multiplier, p.nominal_bytes_per_s, p.description
+    )
+    return AxisLayout(which, p.size, stride, (level,))
+
+
+def _node_level(cluster: Cluster, size: int, inside: bool, what: str) -> Level:
+    """A group of `size` chips inside one node (its switch or xGMI links) or
+    across nodes (bounded by the NIC, hardware.md section 1)."""
+    node = cluster.spec.node
+    assert node is not None
+    if not inside:
+        nic = cluster.scale_out_bytes_per_s
+        return Level(
+            size,
+            ResourceKind.SCALE_OUT,
+            "scale-out NIC",
+            1.0,
+            nic,
+            f"{what} of {size} across nodes, bounded by the NIC"
+            + (f" ({nic / 1e9:g} GB/s per chip)" if nic else ""),
+        )
+    if cluster.topology is Topology.SWITCHED:
+        egress = (node.egress_gb_per_s or 0.0) * 1e9
+        return Level(
+            size,
+            ResourceKind.SWITCHED,
+            "nvswitch",
+            1.0,
+            egress,
+            f"{what} of {size} inside a node on the switch ({egress / 1e9:g} GB/s per chip)",
+        )
+    link = (node.link_gb_per_s or 0.0) * 1e9
+    return Level(
+        size,
+        ResourceKind.FULLY_CONNECTED,
+        f"xgmi {what} peers",
+        float(size - 1),
+        (size - 1) * link,
+        f"{what} of {size} inside a node, {size - 1} direct links ({link / 1e9:g} GB/s each)",
+    )
+
+
+def _figures_level(size: int, rate_gb_per_s: float, what: str) -> Level:
+    return Level(
+        size,
+        ResourceKind.CLUSTER_FIGURES,
+        f"cluster {what} links",
+        1.0,
+        rate_gb_per_s * 1e9,
+        f"{what} of {size} on the cluster file's {what} links ({rate_gb_per_s:g} GB/s per chip)",
+    )
+
+
+def _torus_level(cluster: Cluster, parts: list[tuple[int, int, bool]], what: str) -> Level:
+    t = cluster.spec.torus
+    assert t is not None
+    link = t.link_gb_per_s * 1e9
+    size = 1
+    for _, n, _ in parts:
+        size *= n
+    mult = sum(2.0 if whole and t.wraparound[i] else 1.0 for i, _, whole in parts) or 1.0
+    shape = ", ".join(
+        f"dim {i}: {n}" + (" wrapped" if whole and t.wraparound[i] else "")
+        if whole
+        else f"dim {i}: {n} of {t.dims[i]}"
+        for i, n, whole in parts
+    )
+    dims = "+".join(str(i) for i, _, _ in sorted(parts))
+    return Level(
+        size,
+        ResourceKind.TORUS,
+        f"torus dims {dims}",
+        mult,
+        mult * link,
+        f"{what} of {size} on torus {shape}; {mult:g} links ({mult * link / 1e9:g} GB/s)",
+    )
+
+
+def _dcn_level(cluster: Cluster, size: int, what: str) -> Level:
+    dcn = cluster.spec.dcn
+    rate = None if dcn is None else dcn.gb_per_s * 1e9
+    return Level(
+        size,
+        ResourceKind.DCN,
+        "data-center network",
+        1.0,
+        rate,
+        f"{what} of {size} across slices over the data-center network"
+        + (f" ({rate / 1e9:g} GB/s per chip)" if rate else ""),
+    )
+
+
+def _nodes(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout:
+    g = cluster.chips_per_node
+    assert g is not None
+    tp = mesh.num_chips
+    tensor = place_mesh(cluster, mesh)
+    axes = [_tensor_axis(tensor.col, 1), _tensor_axis(tensor.row, mesh.num_cols)]
+    spec = cluster.spec
+    stride = tp
+    for which, size, figures in (
+        (ParallelAxis.DATA, dp, spec.data_parallel_gb_per_s),
+        (ParallelAxis.PIPELINE, pp, spec.pipeline_gb_per_s),
+    ):
+        what = "data-parallel group" if which is ParallelAxis.DATA else "pipeline"
+        if size == 1:
+            axes.append(AxisLayout(which, 1, stride, ()))
+        elif figures is not None:
+            axes.append(AxisLayout(which, size, stride, (_figures_level(size, figures, what),)))
+        else:
+            inside = g % (stride * size) == 0
+            axes.append(
+                AxisLayout(which, size, stride, (_node_level(cluster, size, inside, what),))
+            )
+        stride *= size
+    return Layout(
+        mesh,
+        tensor,
+        tuple(axes),
+        (
+            ParallelAxis.TENSOR_COL,
+            ParallelAxis.TENSOR_ROW,
+            ParallelAxis.DATA,
+            ParallelAxis.PIPELINE,
+        ),
+    )
+
+
+def _torus(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
+    spec = cluster.spec
+    tensor = place_mesh(cluster, mesh)
+    axes = [_tensor_axis(tensor.col, 1), _tensor_axis(tensor.row, mesh.num_cols)]
+    order = (
+        ParallelAxis.TENSOR_COL,
+        ParallelAxis.TENSOR_ROW,
+        ParallelAxis.PIPELINE,
+        ParallelAxis.DATA,
+    )
+    stride = mesh.num_chips
+    if spec.torus is None:
+        # per-axis calibrated rings (the original TPU v4 files): the data and
+        # pipeline groups use the cluster file's own link figures
+        for which, size, figures, key in (
+            (ParallelAxis.PIPELINE, pp, spec.pipeline_gb_per_s, "pipeline_gb_per_s"),
+            (ParallelAxis.DATA, dp, spec.data_parallel_gb_per_s, "data_parallel_gb_per_s"),
+        ):
+            what = "data-parallel group" if which is ParallelAxis.DATA else "pipeline"
+            if size == 1:
+                axes.append(AxisLayout(which, 1, stride, ()))
+            elif figures is None:
+                return f"cluster {spec.name} gives no {key} for a {what} of {size}"
+            else:
+                axes.append(AxisLayout(which, size, stride, (_figures_level(size, figures, what),)))
+            stride *= size
+        return Layout(mesh, tensor, tuple(axes), order)
+
+    dims = list(spec.torus.dims)
+    slice_chips = 1
+    for d in dims:
+        slice_chips *= d
+    if slice_chips % mesh.num_chips:
+        return (
+            f"the {mesh} tensor mesh does not fit in one {slice_chips}-chip slice "
+            "(tensor parallelism stays inside a slice)"
+        )
+    remaining = [[i, d] for i, d in enumerate(dims)]
+    for axis in (Axis.COL, Axis.ROW):
+        take_dims(remaining, mesh.size(axis), dims)
+    dcn_left = spec.dcn.num_slices if spec.dcn is not None else 1
+    for which, size in ((ParallelAxis.PIPELINE, pp), (ParallelAxis.DATA, dp)):
+        what = "data-parallel group" if which is ParallelAxis.DATA else "pipeline"
+        if size == 1:
+            axes.append(AxisLayout(which, 1, stride, ()))
+            continue
+        parts, need = take_dims(remaining, size, dims)
+        levels = [_torus_level(cluster, parts, what)] if parts else []
+        if need > 1:
+            if remaining:
+                return (
+                    f"a {what} of {size} does not lay out on the torus dimensions left "
+                    f"({', '.join(str(left) for _, left in remaining)} chips)"
+                )
+            if dcn_left % need:
+                return (
+                    f"a {what} of {size} needs {need} slices across the data-center network, "
+                    f"which {dcn_left} slice(s) left cannot give"
+                )
+            dcn_left //= need
+            levels.append(_dcn_level(cluster, need, what))
+        axes.append(AxisLayout(which, size, stride, tuple(levels)))
+        stride *= size
+    return Layout(mesh, tensor, tuple(axes), order)
+
+
+def place_layout(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
+    """Where every axis of (`mesh`, data parallel `dp`, pipeline `pp`) runs
+    on `cluster` (module docstring), or why it cannot be laid out."""
+    if cluster.topology is Topology.TORUS:
+        return _torus(cluster, mesh, dp, pp)
+    return _nodes(cluster, mesh, dp, pp)

@@ -1,0 +1,538 @@
+"""The whole training step of many configurations at once: one cost model,
+evaluated on arrays (architecture.md "pricing: one cost model, vectorised
+over candidates").
+
+A candidate is a tensor mesh (rows x cols), pipeline stages `pp`,
+data-parallel replicas `dp`, micro-batch size `b`, model chunks per stage
+`v`, a recomputation mode and a ZeRO stage. Its step, per chip:
+
+- per block and micro-batch: job/block.py (FC layers from job/fc.py,
+  attention core, memory-bound ops, recomputation, activations kept), and
+  the ends (embedding on the first chunk; final norm, logits and loss on the
+  last), looked up per (mesh, micro-batch) key;
+- pipeline: the layers cut into `pp v` chunks (the even split, Megatron-LM's:
+  extra layers on the last chunks; or a balanced assignment from the
+  pipeline balancer), each chunk's forward `F_c` and backward `B_c` per
+  micro-batch (its blocks, its recomputation, the ends, and one send-recv of
+  the `T h / t` activation to the next stage in each pass), and the 1F1B or
+  interleaved schedule replayed as the longest path of its dependency graph
+  (pipeline/search.py `makespans_s`, the simulator's rules; one stage is
+  `m (F + B)`);
+- memory per stage: weights, gradients and Adam state of its parameters by
+  ZeRO stage (cost_models.data_parallel), the activations of the
+  micro-batches the schedule keeps alive (pipeline/schedule.py
+  `peak_alive_vectors`), the FC layers' gathered buffers, ZeRO-3's gathered
+  block, a full-recomputation stage's one recomputed block, the last stage's
+  logits, the workspace and the allocator reserve;
+- data parallelism per stage: ZeRO 0 all-reduces the gradients, ZeRO 1-2
+  reduce-scatter them and all-gather the weights, ZeRO 3 gathers the weights
+  before every micro-batch's forward and backward and reduce-scatters its
+  gradients (cost_models.data_parallel), each over the data axis's levels
+  (HardwareView.hierarchical_ring_s); with overlap, hidden behind the stage's
+  backward (ZeRO 1-2: the gathers behind the next forward; ZeRO 3: behind
+  all its micro-batches) except the last 25 MB bucket
+  (cost_models.data_parallel.exposed_overlap_s);
+- optimizer per stage: Adam over the locally owned parameters, HBM bound;
+- the step: the replayed makespan plus the exposed data-parallel traffic and
+  optimizer step of the stage where they are largest.
+
+Every part of the step is reported for that stage (PARTS); they add up to
+the step exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.hardware.layout import Layout, ParallelAxis
+from autotune.job.block import BlockFigures, EndFigures
+from autotune.job.hardware import HardwareView
+from autotune.pipeline.schedule import peak_alive_vectors
+from autotune.pipeline.search import makespans_s, schedule_graph
+from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
+from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
+from cost_models.elementwise import adam_step_bytes_per_param
+
+BUCKET_BYTES = 25 * 2**20
+"""Gradient bucket size: PyTorch DDP's default `bucket_cap_mb=25`
+(torch.nn.parallel.DistributedDataParallel documentation); the last bucket
+cannot overlap the backward pass."""
+
+#: the parts of a step, in report order, with their labels
+PARTS: dict[str, str] = {
+    "fc_compute_s": "FC compute",
+    "tp_comm_s": "FC exposed communication",
+    "attention_s": "attention core",
+    "elementwise_s": "memory-bound ops",
+    "recompute_s": "recomputation",
+    "ends_s": "embedding, output layer, loss",
+    "pp_comm_s": "pipeline send/recv",
+    "bubble_s": "pipeline bubble",
+    "dp_comm_s": "data-parallel exposed",
+    "optimizer_s": "optimizer step",
+}
+
+COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero")
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """One row per configuration; `recompute` indexes RECOMPUTE_MODES."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    mbs: np.ndarray
+    v: np.ndarray
+    recompute: np.ndarray
+    zero: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    @property
+    def tp(self) -> np.ndarray:
+        """Tensor-parallel chips `rows * cols`."""
+        return self.rows * self.cols
+
+    def take(self, index: np.ndarray) -> Candidates:
+        """The rows at `index` (a boolean mask or integer positions)."""
+        return Candidates(*(getattr(self, c)[index] for c in COLUMNS))
+
+    def row(self, i: int) -> dict[str, int | str]:
+        """One candidate as plain values (`recompute` by name)."""
+        out: dict[str, int | str] = {c: int(getattr(self, c)[i]) for c in COLUMNS}
+        out["recompute"] = RECOMPUTE_MODES[int(self.recompute[i])]
+        return out
+
+    @staticmethod
+    def of(rows: list[dict[str, int]]) -> Candidates:
+        """Candidates from plain rows (`recompute` as its index)."""
+        return Candidates(
+            *(np.asarray([r[c] for r in rows], dtype=np.int64).reshape(-1) for c in COLUMNS)
+        )
+
+
+@dataclass(frozen=True)
+class KeyFigures:
+    """Everything the model reads per (rows, cols, micro-batch) key, and the
+    layout per (rows, cols, dp, pp): looked up by the arrays below."""
+
+    blocks: dict[tuple[int, int, int], BlockFigures]
+    ends: dict[tuple[int, int, int], EndFigures]
+    layouts: dict[tuple[int, int, int, int], Layout]
+
+
+@dataclass(frozen=True)
+class StageDetail:
+    """Per stage of one candidate (bytes, seconds): what the report and the
+    Plan show."""
+
+    layers: np.ndarray  # (pp, v) layers per stage and local chunk
+    recompute_counts: np.ndarray  # (pp, 3) layers per mode
+    weights_bytes: np.ndarray
+    gradients_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    activation_bytes: np.ndarray
+    buffer_bytes: np.ndarray
+    total_bytes: np.ndarray
+    busy_s: np.ndarray
+    dp_comm_s: np.ndarray
+    dp_exposed_s: np.ndarray
+    optimizer_s: np.ndarray
+
+
+@dataclass(frozen=True)
+class Priced:
+    """The step model's results for each candidate (base units)."""
+
+    step_s: np.ndarray
+    makespan_s: np.ndarray
+    parts: dict[str, np.ndarray]
+    peak_bytes: np.ndarray  # the fullest stage's total, reserve and workspace included
+    capacity_bytes: float
+    busiest_stage: np.ndarray
+    bubble_fraction: np.ndarray
+    recompute_flops_share: np.ndarray  # (n, 3): the layers' share in each mode
+    detail: list[StageDetail | None] = field(default_factory=list)
+
+    @property
+    def fits(self) -> np.ndarray:
+        """Whether every stage fits in the chip's memory."""
+        return self.peak_bytes <= self.capacity_bytes
+
+
+def even_split(num_layers: int, pp: int, v: int) -> np.ndarray:
+    """Layers per model chunk (`pp v` chunks in model order) under the even
+    split: `floor(L / (pp v))` each, one more on the last `L mod (pp v)`
+    chunks (pipeline/assignment.py `even_layer_split`)."""
+    num = pp * v
+    base, extra = divmod(num_layers, num)
+    return np.array([base + (1 if c >= num - extra else 0) for c in range(num)], dtype=np.int64)
+
+
+def gather_figures(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
+    """Per-candidate arrays of the per-key figures."""
+    keys = list(zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True))
+    uniq = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    idx = np.array([uniq[k] for k in keys], dtype=np.int64)
+    blocks = [figs.blocks[k] for k in uniq]
+    ends = [figs.ends[k] for k in uniq]
+
+    def col(values: list[float]) -> np.ndarray:
+        return np.asarray(values, dtype=float)[idx]
+
+    return {
+        "fc_f": col([b.fc.forward_s for b in blocks]),
+        "fc_b": col([b.fc.backward_s for b in blocks]),
+        "fc_x": col([b.fc.exposed_comm_s for b in blocks]),
+        "fc_buf": col([b.fc.buffer_bytes for b in blocks]),
+        "attn_f": col([b.attention_forward_s for b in blocks]),
+        "attn_b": col([b.attention_backward_s for b in blocks]),
+        "ew_f": col([b.elementwise_forward_s for b in blocks]),
+        "ew_b": col([b.elementwise_backward_s for b in blocks]),
+        "rec": np.asarray([b.recompute_s for b in blocks], dtype=float).reshape(-1, 3)[idx],
+        "act": np.asarray([b.activation_bytes for b in blocks], dtype=float).reshape(-1, 3)[idx],
+        "params": col([b.params_per_chip for b in blocks]),
+        "head_f": col([e.head_forward_s for e in ends]),
+        "head_b": col([e.head_backward_s for e in ends]),
+        "head_p": col([e.head_params for e in ends]),
+        "tail_f": col([e.tail_forward_s for e in ends]),
+        "tail_b": col([e.tail_backward_s for e in ends]),
+        "tail_p": col([e.tail_params for e in ends]),
+        "tail_x": col([e.tail_transient_bytes for e in ends]),
+    }
+
+
+def block_seconds(a: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-block forward and backward seconds (no recomputation)."""
+    return a["fc_f"] + a["attn_f"] + a["ew_f"], a["fc_b"] + a["attn_b"] + a["ew_b"]
+
+
+def pipeline_send_s(
+    c: Candidates, figs: KeyFigures, hw: HardwareView, training: TrainingInput, hidden: int
+) -> np.ndarray:
+    """Seconds of one stage-to-stage send of a micro-batch's `T h / t`
+    activation (or its gradient) per candidate: a send-recv on the pipeline
+    axis's outermost link; zero without pipeline stages."""
+    out = np.zeros(len(c))
+    e = training.dtype.num_bytes
+    for key, members in _by(c, ("rows", "cols", "dp", "pp")).items():
+        rows, cols, _dp, pp = key
+        if pp == 1:
+            continue
+        axis = figs.layouts[key].axis(ParallelAxis.PIPELINE)
+        tokens = c.mbs[members] * training.sequence_length
+        out[members] = hw.send_s(axis, tokens * hidden * e / (rows * cols))
+    return out
+
+
+def _groups(*columns: np.ndarray) -> dict[tuple[int, ...], np.ndarray]:
+    """Positions grouped by the values of the integer `columns`."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, key in enumerate(zip(*(col.tolist() for col in columns), strict=True)):
+        groups.setdefault(key, []).append(i)
+    return {k: np.asarray(v, dtype=np.int64) for k, v in groups.items()}
+
+
+def _by(c: Candidates, columns: tuple[str, ...]) -> dict[tuple[int, ...], np.ndarray]:
+    """Positions of the candidates grouped by the values of `columns`."""
+    return _groups(*(getattr(c, col) for col in columns))
+
+
+def price(
+    c: Candidates,
+    figs: KeyFigures,
+    hw: HardwareView,
+    training: TrainingInput,
+    num_layers: int,
+    hidden: int,
+    *,
+    assignments: list[np.ndarray] | None = None,
+    detail: bool = False,
+    exact: bool = True,
+) -> Priced:
+    """The step of every candidate (module docstring). `assignments`, when
+    given, is per candidate a `(pp v, 3)` array of layers per model chunk
+    and recomputation mode (a balanced plan); otherwise the even split with
+    the candidate's one mode. `detail` keeps each candidate's StageDetail.
+    With `exact` False, steps are lower bounds (chain_bound_s for the
+    replay) and memory is not computed."""
+    n = len(c)
+    a = gather_figures(c, figs)
+    p2p = pipeline_send_s(c, figs, hw, training, hidden)
+    batch = training.global_batch_sequences
+    m_all = batch // (c.dp * c.mbs)
+    step = np.empty(n)
+    makespan = np.empty(n)
+    peak = np.empty(n)
+    busiest = np.empty(n, dtype=np.int64)
+    bubble_frac = np.empty(n)
+    shares = np.empty((n, 3))
+    parts = {k: np.empty(n) for k in PARTS}
+    details: list[StageDetail | None] = [None] * n
+    # exact: one schedule graph per (pp, v, m); bounds: arrays of m
+    arrays = (c.pp, c.v, m_all) if exact else (c.pp, c.v)
+    for key, members in _groups(*arrays).items():
+        pp, v = key[0], key[1]
+        m = m_all[members]
+        if assignments is None:
+            counts = _uniform_counts(num_layers, pp, v, c.recompute[members])
+        else:
+            counts = np.stack([assignments[i] for i in members]).astype(float)
+        out = _price_group(members, c, a, p2p, counts, pp, v, m, hw, training, figs, detail, exact)
+        step[members] = out["step"]
+        makespan[members] = out["makespan"]
+        peak[members] = out["peak"]
+        busiest[members] = out["busiest"]
+        bubble_frac[members] = out["bubble_fraction"]
+        shares[members] = out["shares"]
+        for k in PARTS:
+            parts[k][members] = out["parts"][k]
+        if detail:
+            for i, d in zip(members, out["detail"], strict=True):
+                details[i] = d
+    return Priced(
+        step_s=step,
+        makespan_s=makespan,
+        parts=parts,
+        peak_bytes=peak,
+        capacity_bytes=hw.hbm_bytes,
+        busiest_stage=busiest,
+        bubble_fraction=bubble_frac,
+        recompute_flops_share=shares,
+        detail=details,
+    )
+
+
+def _uniform_counts(num_layers: int, pp: int, v: int, modes: np.ndarray) -> np.ndarray:
+    """(K, pp v, 3): the even split with each candidate's one mode."""
+    layers = even_split(num_layers, pp, v).astype(float)
+    counts = np.zeros((len(modes), pp * v, 3))
+    counts[np.arange(len(modes)), :, modes] = layers
+    return counts
+
+
+def _price_group(
+    members: np.ndarray,
+    c: Candidates,
+    a: dict[str, np.ndarray],
+    p2p_all: np.ndarray,
+    counts: np.ndarray,
+    pp: int,
+    v: int,
+    m_arr: np.ndarray,
+    hw: HardwareView,
+    training: TrainingInput,
+    figs: KeyFigures,
+    detail: bool,
+    exact: bool = True,
+) -> dict:
+    """The step of candidates sharing (pp, v) and, when `exact`, the
+    micro-batch count `m` (one schedule graph). With `exact` False the
+    makespan is :func:`chain_bound_s` instead of the replay, and memory is
+    not computed (`peak` is 0): a lower bound of the exact step, cheap."""
+    g = {k: x[members] for k, x in a.items()}
+    k_count, num = len(members), pp * v
+    p2p = p2p_all[members] if pp > 1 else np.zeros(k_count)
+    zero = c.zero[members]
+    e = training.dtype.num_bytes
+    grad_e = 4 if training.fp32_gradients else e
+    f_blk, b_blk = block_seconds(g)
+    layers = counts.sum(axis=2)  # (K, num)
+    # per chunk and micro-batch: blocks, recomputation, ends, send-recv
+    fwd = layers * f_blk[:, None]
+    bwd = layers * b_blk[:, None] + np.einsum("kcm,km->kc", counts, g["rec"])
+    fwd[:, 0] += g["head_f"]
+    bwd[:, 0] += g["head_b"]
+    fwd[:, -1] += g["tail_f"]
+    bwd[:, -1] += g["tail_b"]
+    act = np.einsum("kcm,km->kc", counts, g["act"])
+    m = m_arr.astype(float)
+    if pp == 1:
+        makespan = m * (fwd[:, 0] + bwd[:, 0])
+    elif not exact:
+        makespan = chain_bound_s(fwd + p2p[:, None], bwd + p2p[:, None], pp, m)
+    else:
+        graph = schedule_graph(pp, v, int(m_arr[0]), v > 1)
+        durations = np.concatenate([fwd + p2p[:, None], bwd + p2p[:, None]], axis=1)
+        makespan = makespans_s(graph, durations)
+
+    stage_of = np.arange(num) % pp
+    on = np.zeros((num, pp))
+    on[np.arange(num), stage_of] = 1.0
+    stage_layers = layers @ on  # (K, pp)
+    stage_fwd = fwd @ on  # one micro-batch's compute on the stage, no send-recv
+    stage_bwd = bwd @ on
+    chunks_per_stage = float(v)
+    busy = m[:, None] * (stage_fwd + stage_bwd + (2 * chunks_per_stage * p2p)[:, None])
+    stage_mode = np.einsum("kcm,cs->ksm", counts, on)  # (K, pp, 3)
+
+    # memory: parameters and their state, activations alive, buffers
+    params = stage_layers * g["params"][:, None]
+    params[:, 0] += g["head_p"]
+    params[:, -1] += g["tail_p"]
+    d = c.dp[members].astype(float)
+    weights = e * params / np.where(zero >= 3, d, 1.0)[:, None]
+    grads = grad_e * params / np.where(zero >= 2, d, 1.0)[:, None]
+    optim = OPTIMIZER_BYTES_PER_PARAM * params / np.where(zero >= 1, d, 1.0)[:, None]
+    alive = _peak_activations(act, pp, v, int(m_arr[0])) if exact else np.zeros((k_count, pp))
+    buffers = np.repeat(g["fc_buf"][:, None], pp, axis=1)
+    buffers += np.where(zero == 3, 2 * g["params"] * e, 0.0)[:, None]
+    buffers[:, -1] += g["tail_x"]
+    full_used = stage_mode[:, :, 2] > 0
+    buffers += np.where(full_used, g["act"][:, 0][:, None], 0.0)
+    total = weights + grads + optim + alive + buffers + hw.workspace_bytes + hw.reserve_bytes
+
+    # data parallelism and the optimizer, per stage
+    dp_comm, dp_exposed = _data_parallel(
+        members, c, figs, hw, training, params, stage_fwd, stage_bwd, m, zero, e, grad_e
+    )
+    owned = params / np.where(zero >= 1, d, 1.0)[:, None]
+    opt_s = owned * adam_step_bytes_per_param(e, grad_e) / hw.hbm_bytes_per_s
+    tail = dp_exposed + opt_s
+    top = tail == tail.max(axis=1, keepdims=True)
+    stage = np.argmax(np.where(top, busy, -np.inf), axis=1)
+    rows = np.arange(k_count)
+    step = makespan + tail[rows, stage]
+
+    # the parts of the step on that stage
+    n_st = stage_layers[rows, stage]
+    mode_st = stage_mode[rows, stage]
+    ends = np.where(stage == 0, g["head_f"] + g["head_b"], 0.0) + np.where(
+        stage == pp - 1, g["tail_f"] + g["tail_b"], 0.0
+    )
+    parts = {
+        "fc_compute_s": m * n_st * (g["fc_f"] + g["fc_b"] - g["fc_x"]),
+        "tp_comm_s": m * n_st * g["fc_x"],
+        "attention_s": m * n_st * (g["attn_f"] + g["attn_b"]),
+        "elementwise_s": m * n_st * (g["ew_f"] + g["ew_b"]),
+        "recompute_s": m * (mode_st * g["rec"]).sum(axis=1),
+        "ends_s": m * ends,
+        "pp_comm_s": m * 2 * chunks_per_stage * p2p,
+        "bubble_s": makespan - busy[rows, stage],
+        "dp_comm_s": dp_exposed[rows, stage],
+        "optimizer_s": opt_s[rows, stage],
+    }
+    useful = busy.sum(axis=1)
+    out = {
+        "step": step,
+        "makespan": makespan,
+        "peak": total.max(axis=1),
+        "busiest": stage,
+        "bubble_fraction": np.where(useful > 0, (pp * makespan - useful) / useful, 0.0),
+        "shares": counts.sum(axis=1) / np.maximum(layers.sum(axis=1), 1)[:, None],
+        "parts": parts,
+    }
+    if detail:
+        out["detail"] = [
+            StageDetail(
+                layers=layers[k].reshape(v, pp).T.copy(),
+                recompute_counts=stage_mode[k],
+                weights_bytes=weights[k],
+                gradients_bytes=grads[k],
+                optimizer_bytes=optim[k],
+                activation_bytes=alive[k],
+                buffer_bytes=buffers[k],
+                total_bytes=total[k],
+                busy_s=busy[k],
+                dp_comm_s=dp_comm[k],
+                dp_exposed_s=dp_exposed[k],
+                optimizer_s=opt_s[k],
+            )
+            for k in range(k_count)
+        ]
+    return out
+
+
+def chain_bound_s(fwd: np.ndarray, bwd: np.ndarray, pp: int, m: np.ndarray | int) -> np.ndarray:
+    """A lower bound of the replayed makespan for per-chunk forward and
+    backward seconds `fwd`, `bwd` (K x pp v, chunk c on stage c mod pp):
+    stage `b` cannot start before micro-batch 1 has run forward through the
+    first chunks of the stages before it, does `m` micro-batches of work on
+    its own chunks, and after its last backward micro-batch `m` still runs
+    back through those chunks, so
+
+        makespan >= max_b  sum_{c < b} (F_c + B_c) + m sum_{c on b} (F_c + B_c)
+
+    (1F1B: exact for equal stages, `(m + pp - 1) W`; interleaved: the
+    chunks before `b` are the first round's)."""
+    work = fwd + bwd
+    num = work.shape[1]
+    stage_work = work.reshape(work.shape[0], num // pp, pp).sum(axis=1)  # (K, pp)
+    first = work[:, :pp]
+    before = np.cumsum(first, axis=1) - first
+    return (before + np.asarray(m, dtype=float).reshape(-1, 1) * stage_work).max(axis=1)
+
+
+def _peak_activations(act: np.ndarray, pp: int, v: int, m: int) -> np.ndarray:
+    """(K, pp): each stage's activation peak, `max over the schedule's
+    Pareto-maximal alive vectors of sum_k alive_k * act(local chunk k)`
+    (pipeline/schedule.py)."""
+    if pp == 1:
+        return act[:, :1].copy()
+    vectors = peak_alive_vectors(pp, v, m, v > 1)
+    out = np.empty((act.shape[0], pp))
+    local = act.reshape(act.shape[0], v, pp)  # chunk c = j pp + s
+    for s in range(pp):
+        vec = np.asarray(vectors[s], dtype=float)  # (n_vec, v)
+        out[:, s] = (local[:, :, s] @ vec.T).max(axis=1)
+    return out
+
+
+def _data_parallel(
+    members: np.ndarray,
+    c: Candidates,
+    figs: KeyFigures,
+    hw: HardwareView,
+    training: TrainingInput,
+    params: np.ndarray,
+    stage_fwd: np.ndarray,
+    stage_bwd: np.ndarray,
+    m_all: np.ndarray,
+    zero: np.ndarray,
+    e: int,
+    grad_e: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(all data-parallel collective seconds, the part not hidden), per
+    candidate and stage (module docstring)."""
+    comm = np.zeros_like(params)
+    exposed = np.zeros_like(params)
+    sub = Candidates(*(getattr(c, col)[members] for col in COLUMNS))
+    for key, local in _by(sub, ("rows", "cols", "dp", "pp")).items():
+        if key[2] == 1:
+            continue
+        axis = figs.layouts[key].axis(ParallelAxis.DATA)
+        p = params[local]
+        z = zero[local][:, None]
+        m = m_all[local][:, None]
+        grad_rs = hw.hierarchical_ring_s(axis, "reduce_scatter", grad_e * p)
+        grad_ag = hw.hierarchical_ring_s(axis, "all_gather", grad_e * p)
+        param_ag = hw.hierarchical_ring_s(axis, "all_gather", e * p)
+        bucket = float(hw.hierarchical_ring_s(axis, "reduce_scatter", float(BUCKET_BYTES)))
+        # ZeRO 0: all-reduce = reduce-scatter + all-gather of the gradient;
+        # 1-2: reduce-scatter the gradient, all-gather the updated weights;
+        # 3: per micro-batch, a gradient reduce-scatter and two weight gathers
+        rs = np.where(z == 3, m * grad_rs, grad_rs)
+        ag = np.where(z == 0, grad_ag, np.where(z == 3, 2 * m * param_ag, param_ag))
+        total = rs + ag
+        if not training.overlap_data_parallel:
+            hidden_not = total
+        else:
+            fwd, bwd = stage_fwd[local], stage_bwd[local]
+            z0 = _exposed(total, bwd, 2 * bucket)
+            z12 = _exposed(rs, bwd, bucket) + _exposed(ag, fwd, bucket)
+            z3 = _exposed(total, m * (fwd + bwd), bucket)
+            hidden_not = np.where(z == 0, z0, np.where(z == 3, z3, z12))
+        comm[local] = total
+        exposed[local] = hidden_not
+    return comm, exposed
+
+
+def _exposed(comm_s: np.ndarray, window_s: np.ndarray, bucket_s: float) -> np.ndarray:
+    """cost_models.data_parallel.exposed_overlap_s on arrays:
+    `max(comm - window, min(bucket, comm), 0)`."""
+    return np.maximum(np.maximum(comm_s - window_s, np.minimum(bucket_s, comm_s)), 0.0)

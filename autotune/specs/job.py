@@ -1,0 +1,370 @@
+"""The plan file's `training` and `constraints` sections: what is trained and
+which parallel degrees the user pins.
+
+Every parallel degree (`data_parallel`, `pipeline_parallel`,
+`tensor_parallel`, `tensor_mesh`, `micro_batch_size`, `interleave`,
+`recompute`, `zero_stage`) is pinned by a value, searched with `auto`, and
+searched when left out. A file that pins every degree is a search over one
+configuration and goes through the same planner.
+
+Human units in the keys (`_gib`), converted where they are read.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from autotune.specs.base import MAX_CHIPS, MAX_COUNT, MAX_GIB, MAX_LAYERS, Spec
+from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.chip import ChipSpec
+from autotune.specs.cluster import ClusterSpec
+from autotune.specs.model import ModelSpec
+from autotune.specs.plan_input import PlanInput, SearchSpec
+from autotune.specs.training import AttentionKernel, DType, FcAlgorithm, Recompute, TrainingSpec
+
+Auto = Literal["auto"]
+Chips = Annotated[int, Field(gt=0, le=MAX_CHIPS)]
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+Chunks = Annotated[int, Field(gt=0, le=MAX_LAYERS)]
+ZeroStage = Annotated[int, Field(ge=0, le=3)]
+
+#: Activation recomputation modes (Korthikanti et al. 2022), cheapest in
+#: memory last; the index is the mode's code in candidate arrays.
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+#: The degree keys of `training`, in the order reports list them.
+DEGREE_KEYS = (
+    "data_parallel",
+    "pipeline_parallel",
+    "tensor_parallel",
+    "tensor_mesh",
+    "micro_batch_size",
+    "interleave",
+    "recompute",
+    "zero_stage",
+)
+
+
+class LayerSplit(str, Enum):
+    """How a pipelined configuration's layers are cut into stages: the
+    pipeline balancer's plan (layers and recomputation per stage, never
+    slower than the even split) or Megatron-LM's even split."""
+
+    BALANCED = "balanced"
+    EVEN = "even"
+
+
+class TrainingInput(Spec):
+    """The training step and how the chips divide it. A degree given as a
+    number is pinned; `auto` or leaving it out lets the planner search it."""
+
+    global_batch_sequences: int = Field(
+        gt=0, le=MAX_COUNT, description="Sequences per training step. Range: 1 to 2^24."
+    )
+    sequence_length: int = Field(
+        gt=0, le=MAX_COUNT, description="Tokens per sequence. Range: 1 to 2^24."
+    )
+    dtype: DType = Field(default=DType.BF16, strict=False, description="bf16, fp16, fp32 or fp8.")
+    data_parallel: Chips | Auto | None = Field(
+        default=None,
+        description="Data-parallel replicas: a number, auto or left out (searched). "
+        "Range: 1 to 2^24.",
+    )
+    pipeline_parallel: Chips | Auto | None = Field(
+        default=None,
+        description="Pipeline stages: a number, auto or left out (searched). Range: 1 to 2^24.",
+    )
+    tensor_parallel: Chips | Auto | None = Field(
+        default=None,
+        description="Chips of one tensor-parallel group (rows x cols of the tensor mesh): a "
+        "number, auto or left out (searched). Range: 1 to 2^24.",
+    )
+    tensor_mesh: list[Chips] | Literal["auto", "1d"] | None = Field(
+        default=None,
+        description="[rows, cols] of the tensor mesh (1D tensor parallelism is [1, N]); 1d "
+        "searches only 1 x N meshes; auto or left out searches every shape. "
+        "Range: each side 1 to 2^24.",
+    )
+    micro_batch_size: Count | Auto | None = Field(
+        default=None,
+        description="Sequences per micro-batch: a number, auto or left out (searched). "
+        "Range: 1 to 2^24.",
+    )
+    micro_batches: Count | None = Field(
+        default=None,
+        description="Micro-batches per step and replica: pins the micro-batch size to "
+        "sequences per replica / micro_batches (give this or micro_batch_size). "
+        "Range: 1 to 2^24.",
+    )
+    interleave: Chunks | Auto | None = Field(
+        default=None,
+        description="Model chunks per pipeline stage (interleaved 1F1B; 1 is plain 1F1B): a "
+        "number, auto or left out (searched). Range: 1 to 100,000.",
+    )
+    recompute: Literal["none", "selective", "full", "auto"] | None = Field(
+        default=None,
+        description="Activation recomputation: none, selective (the attention core), full "
+        "(every block's forward), auto or left out (searched).",
+    )
+    zero_stage: ZeroStage | Auto | None = Field(
+        default=None,
+        description="ZeRO stage over the data-parallel replicas: 0-3, auto or left out "
+        "(searched). Range: 0 to 3.",
+    )
+    layer_split: LayerSplit = Field(
+        default=LayerSplit.BALANCED,
+        strict=False,
+        description="balanced: the pipeline balancer cuts layers and recomputation per stage "
+        "(never slower than the even split); even: Megatron-LM's even split.",
+    )
+    attention: AttentionKernel = Field(
+        default=AttentionKernel.FLASH, strict=False, description="flash or unfused."
+    )
+    fc_algorithm: FcAlgorithm = Field(
+        default=FcAlgorithm.MESHSLICE,
+        strict=False,
+        description="meshslice (sliced collectives on any tensor mesh, 1 x N included) or "
+        "megatron-1d (Megatron-LM's blocking 1D tensor parallelism: 1 x N meshes only).",
+    )
+    sequence_parallel: bool = Field(
+        default=True,
+        description="megatron-1d only: norms, dropout and residuals split over the sequence "
+        "(Korthikanti et al. 2022); meshslice always splits every activation.",
+    )
+    dropout: bool = Field(
+        default=False, description="Dropout after attention and projections (GPT-3 style)."
+    )
+    fp32_gradients: bool = Field(
+        default=False,
+        description="Keep and reduce gradients in fp32 (Megatron-LM main grads) instead of dtype.",
+    )
+    overlap_tensor_backward: bool = Field(
+        default=False,
+        description="megatron-1d only: Megatron-LM's asynchronous tensor-parallel all-reduce "
+        "(a column-parallel layer's backward collectives beside the other backward GEMM, "
+        "Korthikanti et al. 2022 section 6.2); false runs every collective blocking.",
+    )
+    overlap_data_parallel: bool = Field(
+        default=True,
+        description="Overlap gradient reduction with the backward pass (and weight gathers "
+        "with compute); false runs them after the backward, as Megatron-LM's local DDP did.",
+    )
+    workspace_gib: float = Field(
+        default=1.0,
+        ge=0,
+        le=MAX_GIB,
+        description="Per-chip memory the framework holds besides tensors (runtime context, "
+        "GEMM and collective workspaces), GiB. Range: 0 to 2^20.",
+    )
+    memory_reserve_fraction: float = Field(
+        default=0.05,
+        ge=0,
+        lt=1,
+        description="Fraction of HBM kept free for allocator fragmentation. Range: 0 to below 1.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "flash_attention" in data:
+            value = data["flash_attention"]
+            raise ValueError(
+                f"flash_attention ({value!r}) is now `attention: flash` or `attention: "
+                "unfused`; fix: replace `flash_attention: true` with `attention: flash` "
+                "(false: `attention: unfused`)"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingInput:
+        mesh = self.tensor_mesh
+        if isinstance(mesh, list) and len(mesh) != 2:
+            raise ValueError(
+                f"tensor_mesh {mesh} must be [rows, cols], auto or 1d; fix: write e.g. [1, 8]"
+            )
+        if self.micro_batches is not None and self.micro_batch_size not in (None, "auto"):
+            per_replica = None
+            if isinstance(self.data_parallel, int):
+                per_replica = self.global_batch_sequences // self.data_parallel
+            if per_replica is None or per_replica != self.micro_batches * self.micro_batch_size:
+                raise ValueError(
+                    f"micro_batches ({self.micro_batches}) and micro_batch_size "
+                    f"({self.micro_batch_size}) are both given; fix: give only one of them"
+                )
+        if self.fc_algorithm is FcAlgorithm.MEGATRON_1D:
+            if isinstance(mesh, list) and mesh[0] != 1:
+                raise ValueError(
+                    f"tensor_mesh {mesh} has {mesh[0]} rows but fc_algorithm megatron-1d runs "
+                    "on a 1 x N mesh; fix: write tensor_mesh: [1, N] or use fc_algorithm: "
+                    "meshslice"
+                )
+        if isinstance(self.interleave, int) and self.interleave > 1:
+            if self.pipeline_parallel == 1:
+                raise ValueError(
+                    f"interleave {self.interleave} needs pipeline stages; fix: set "
+                    "pipeline_parallel > 1 (or auto) or interleave: 1"
+                )
+        if isinstance(self.zero_stage, int) and self.zero_stage > 0 and self.data_parallel == 1:
+            raise ValueError(
+                f"zero_stage {self.zero_stage} shards over data-parallel replicas but "
+                "data_parallel is 1; fix: set zero_stage: 0 or data_parallel > 1 (or auto)"
+            )
+        return self
+
+    def pinned(self, name: str) -> Any:
+        """The pinned value of degree `name`, or None when it is searched."""
+        if name == "micro_batch_size" and self.micro_batches is not None:
+            return None  # pinned through micro_batches; resolved per replica count
+        value = getattr(self, name)
+        if value is None or value == "auto":
+            return None
+        if name == "tensor_mesh" and value == "1d":
+            return None
+        return value
+
+    @property
+    def pinned_degrees(self) -> tuple[str, ...]:
+        """The degree keys the file pins (micro_batches counts as the micro-batch size)."""
+        out = [k for k in DEGREE_KEYS if self.pinned(k) is not None]
+        if self.micro_batches is not None:
+            out.insert(DEGREE_KEYS.index("micro_batch_size"), "micro_batches")
+        if self.tensor_mesh == "1d" or self.fc_algorithm is FcAlgorithm.MEGATRON_1D:
+            out.append("tensor_mesh: 1d")
+        return tuple(out)
+
+    def resolved(
+        self,
+        *,
+        data_parallel: int | None = None,
+        pipeline_parallel: int | None = None,
+        micro_batch_size: int | None = None,
+        interleave: int | None = None,
+        recompute: str | None = None,
+        zero_stage: int | None = None,
+    ) -> TrainingSpec:
+        """The training of one configuration: the given degrees, else the
+        pinned ones, else data and pipeline parallelism 1, one micro-batch
+        per replica, no interleaving, no recomputation, ZeRO 0 (what
+        `meshtune compare` prices)."""
+        dp = data_parallel or self.pinned("data_parallel") or 1
+        mbs = micro_batch_size or self.pinned("micro_batch_size")
+        micro_batches = None
+        if mbs is None:
+            micro_batches = self.micro_batches or 1
+        return TrainingSpec(
+            global_batch_sequences=self.global_batch_sequences,
+            sequence_length=self.sequence_length,
+            dtype=self.dtype,
+            data_parallel=dp,
+            pipeline_parallel=pipeline_parallel or self.pinned("pipeline_parallel") or 1,
+            micro_batch_size=mbs,
+            micro_batches=micro_batches,
+            interleave=interleave or self.pinned("interleave") or 1,
+            recompute=Recompute(recompute or self.pinned("recompute") or "none"),
+            zero_stage=zero_stage if zero_stage is not None else self.pinned("zero_stage") or 0,
+            attention=self.attention,
+            fc_algorithm=self.fc_algorithm,
+            sequence_parallel=self.sequence_parallel,
+            dropout=self.dropout,
+            fp32_gradients=self.fp32_gradients,
+            overlap_tensor_backward=self.overlap_tensor_backward,
+            overlap_data_parallel=self.overlap_data_parallel,
+            workspace_gib=self.workspace_gib,
+            memory_reserve_fraction=self.memory_reserve_fraction,
+        )
+
+    @property
+    def fully_pinned(self) -> bool:
+        """Whether every degree is pinned (one candidate, up to the mesh shape)."""
+        needed = ("data_parallel", "pipeline_parallel", "recompute", "zero_stage")
+        mb = self.pinned("micro_batch_size") is not None or self.micro_batches is not None
+        return mb and all(self.pinned(k) is not None for k in needed)
+
+
+class Constraints(Spec):
+    """Limits on what the search may choose (all optional)."""
+
+    tensor_parallel_within_node: bool = Field(
+        default=True,
+        description="Keep every tensor-parallel group inside one node (switched and fully "
+        "connected clusters; a torus slice is one domain).",
+    )
+    max_tensor_parallel: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Largest tensor-parallel group (chips). Range: 1 to 2^24.",
+    )
+    max_pipeline_stages: int | None = Field(
+        default=None, gt=0, le=MAX_CHIPS, description="Most pipeline stages. Range: 1 to 2^24."
+    )
+    max_interleave: int = Field(
+        default=4,
+        gt=0,
+        le=MAX_LAYERS,
+        description="Most model chunks per stage. Range: 1 to 100,000.",
+    )
+    max_micro_batch_size: int = Field(
+        default=16,
+        gt=0,
+        le=MAX_COUNT,
+        description="Largest micro-batch the search tries (sequences). Range: 1 to 2^24.",
+    )
+    zero_stages: list[ZeroStage] = Field(
+        default=[0, 1, 2, 3],
+        min_length=1,
+        description="ZeRO stages auto may choose. Range: each 0 to 3.",
+    )
+    finalists: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Best pipelined candidates the pipeline ILP balances first. Range: 1 to 1000.",
+    )
+    top_n: int = Field(
+        default=5, ge=1, le=1000, description="Alternatives reported. Range: 1 to 1000."
+    )
+    ilp_time_limit_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Wall-time limit of one pipeline ILP solve, seconds. Range: above 0 to 3600.",
+    )
+
+
+class JobInput(Spec):
+    """Everything one plan is computed from, resolved and validated: the
+    model, the training input with its pinned and searched degrees, the
+    cluster with its chip and calibration, the FC planner's knobs and the
+    search's limits."""
+
+    model: ModelSpec = Field(description="The model.")
+    training: TrainingInput = Field(description="The step and the degrees.")
+    cluster: ClusterSpec = Field(description="The cluster.")
+    chip: ChipSpec | None = Field(
+        default=None, description="The cluster's chip, when it names one."
+    )
+    calibration: CalibrationSpec = Field(description="The calibration in use.")
+    search: SearchSpec = Field(default=SearchSpec(), description="FC planner knobs.")
+    constraints: Constraints = Field(default=Constraints(), description="Search limits.")
+    source_file: str | None = Field(default=None, description="The plan file.")
+    cluster_ref: str | None = Field(default=None, description="How the cluster was named.")
+    calibration_ref: str | None = Field(default=None, description="How the calibration was named.")
+
+    def plan_input(self, training: TrainingSpec | None = None) -> PlanInput:
+        """The FC planner's input for one resolved `training` (default: the
+        pinned degrees, see TrainingInput.resolved)."""
+        return PlanInput(
+            model=self.model,
+            training=training or self.training.resolved(),
+            cluster=self.cluster,
+            chip=self.chip,
+            calibration=self.calibration,
+            search=self.search,
+            source_file=self.source_file,
+            cluster_ref=self.cluster_ref,
+            calibration_ref=self.calibration_ref,
+        )
