@@ -87,7 +87,9 @@ def compare(
             f"--batch: got {shorten(str(batch))}; must be 1 to 2^24; "
             "fix: give sequences per step, e.g. 32"
         )
-    inp = load_plan_input(model_file, cluster, calibration, model)
+    # compare prices the FC layers of the file's pinned degrees (data and
+    # pipeline parallelism 1, one micro-batch, where left to the search)
+    inp = load_plan_input(model_file, cluster, calibration, model).plan_input()
     with progress(f"planning every algorithm at {len(counts)} chip counts"):
         result = run_compare(inp, counts, batch)
     if fmt == "json":

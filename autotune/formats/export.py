@@ -104,8 +104,8 @@ def needs_1d(view: PlanView, target: str, trainer: str) -> None:
             f"parallelism only, so the {target} export cannot express this plan",
             file=view.file,
             field="mesh",
-            fix="export --to jax (or maxtext), or plan on a 1 x N mesh "
-            "(cluster mesh_shapes: [[1, N]])",
+            fix="export --to jax (or maxtext), or plan again with `tensor_mesh: 1d` (or "
+            "`fc_algorithm: megatron-1d`) in the plan file's training section",
         )
 
 

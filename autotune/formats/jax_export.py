@@ -204,7 +204,7 @@ def export_jax(view: PlanView) -> Export:
             "this module covers one tensor-parallel group's FC layers; add the outer axes "
             "to your own mesh"
         )
-    for tr in view.doc.transposes:
+    for tr in view.doc.fc.transposes:
         notes.drop(
             f"transpose at {tr.where} ({tr.rows} x {tr.cols}, every block, forward and "
             "backward): run_layer takes and returns logical layouts, so the layout change "

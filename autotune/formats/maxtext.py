@@ -71,23 +71,29 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
     size = {"row": view.num_rows, "col": view.num_cols}
     embed = _embed_axis(view)
     mlp = "col" if embed == "row" else "row"
+    # The plan's layout splits the data and pipeline axes into the part
+    # inside a slice (ICI) and the part across slices (the data-center network).
+    dcn_dp, dcn_pp = view.dcn_size("data"), view.dcn_size("pipeline")
+    ici_dp, ici_pp = t.data_parallel // dcn_dp, t.pipeline_parallel // dcn_pp
     # ZeRO-3 (weights, gradients and optimizer state sharded) is MaxText's FSDP axis.
-    fsdp = t.data_parallel if view.zero_stage == 3 else 1
+    zero3 = view.zero_stage == 3
     out: dict[str, object] = {
         "base_config": "base.yml",
-        "ici_data_parallelism": t.data_parallel // fsdp,
-        "ici_fsdp_parallelism": fsdp,
+        "ici_data_parallelism": 1 if zero3 else ici_dp,
+        "ici_fsdp_parallelism": ici_dp if zero3 else 1,
         "ici_tensor_parallelism": size[mlp],
         "ici_tensor_transpose_parallelism": size[embed],
-        "ici_pipeline_parallelism": t.pipeline_parallel,
-        "dcn_data_parallelism": 1,
-        "dcn_fsdp_parallelism": 1,
-        "dcn_pipeline_parallelism": 1,
+        "ici_pipeline_parallelism": ici_pp,
+        "dcn_data_parallelism": 1 if zero3 else dcn_dp,
+        "dcn_fsdp_parallelism": dcn_dp if zero3 else 1,
+        "dcn_pipeline_parallelism": dcn_pp,
     }
-    notes.assume(
-        "one ICI domain (all dcn_* = 1); on several slices move data_parallel to "
-        "dcn_data_parallelism"
-    )
+    slices = dcn_dp * dcn_pp
+    if slices > 1:
+        notes.assume(
+            f"{slices} slices: launch with num_slices={slices} (the ici_* products are one "
+            "slice's chips, the dcn_* products the slices)"
+        )
     if view.zero_stage in (1, 2) and t.data_parallel > 1:
         notes.drop(
             f"ZeRO stage {view.zero_stage}: MaxText shards optimizer state only together with "

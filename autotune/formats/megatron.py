@@ -91,7 +91,16 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         args.append((f"--{t.dtype.value}", None))
     elif t.dtype.value == "fp8":
         notes.drop("dtype fp8: choose Transformer Engine's FP8 recipe flags yourself")
-    if tp > 1 and not view.sequence_parallel:
+    sliced = t.fc_algorithm.value == "meshslice"
+    if tp > 1 and not sliced:
+        # megatron-1d: the plan prices Megatron's own blocking collectives
+        if view.sequence_parallel:
+            args.append(("--sequence-parallel", None))
+        notes.assume(
+            "fc_algorithm megatron-1d: Megatron's blocking tensor-parallel collectives, no "
+            "userbuffers overlap (plan with fc_algorithm meshslice for sliced overlap)"
+        )
+    elif tp > 1 and not view.sequence_parallel:
         notes.drop(
             "--tp-comm-overlap: Transformer Engine's userbuffers overlap needs sequence "
             "parallelism, which the plan turns off; no overlap configuration written"
@@ -228,7 +237,8 @@ def export_megatron(view: PlanView) -> Export:
     needs_1d(view, "megatron", "Megatron-LM")
     notes = Notes()
     args = _args(view, notes)
-    overlap = view.tensor_parallel > 1 and view.sequence_parallel
+    sliced = view.training.fc_algorithm.value == "meshslice"
+    overlap = view.tensor_parallel > 1 and view.sequence_parallel and sliced
     cfg = _overlap(view, notes) if overlap else {}
     head = commented(header_lines(view, "megatron", KEYS_FROM, notes))
     body = "MEGATRON_ARGS=(\n"

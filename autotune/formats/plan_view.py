@@ -1,7 +1,8 @@
-"""A `meshtune.plan/2` document read for export: the strict schema
-(`PlanDocument`), the model and training specs it embeds, and the few
-derived facts every writer needs (tensor-parallel degree, 1D or 2D,
-micro-batches, interleaving, recomputation, ZeRO stage)."""
+"""A `meshtune.plan/3` document read for export: the strict schema
+(`PlanDocument`), the model it embeds, the configuration's training as a
+resolved spec, and the few derived facts every writer needs
+(tensor-parallel degree, 1D or 2D, micro-batches, interleaving,
+recomputation, ZeRO stage, layers per stage)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from pathlib import Path
 
 from autotune.errors import InputError
 from autotune.loading import read_json_object, validate_spec
-from autotune.plan.schema import PLAN_SCHEMA, GemmDoc, LayerDoc, PlanDocument
+from autotune.plan.schema import OLD_SCHEMAS, PLAN_SCHEMA, GemmDoc, LayerDoc, PlanDocument
 from autotune.specs.model import ModelSpec
-from autotune.specs.training import TrainingSpec
+from autotune.specs.training import Recompute, TrainingSpec
 
-OLD_SCHEMA = "meshtune.plan/1"
 _FIX = "pass the file `meshtune plan --out PLAN.json` wrote"
 
 
@@ -75,8 +75,28 @@ class PlanView:
 
     @property
     def recompute(self) -> str:
-        """Activation recomputation: none, selective or full."""
-        return self.training.recompute.value
+        """Activation recomputation: none, selective, full, or per-stage
+        (`stage_recompute` says which)."""
+        return self.doc.configuration.recompute
+
+    @property
+    def layers_per_stage(self) -> list[int]:
+        """Blocks on each pipeline stage (all its chunks)."""
+        return [st.layers for st in self.doc.pipeline.stages]
+
+    @property
+    def even_split(self) -> bool:
+        """Whether the layers are cut as Megatron-LM's even split does."""
+        return self.doc.configuration.layer_split == "even"
+
+    def dcn_size(self, axis: str) -> int:
+        """Chips of an axis's groups in different slices (TPU multi-slice;
+        1 when the axis stays inside a slice or on nodes)."""
+        return next((a.dcn_size for a in self.doc.layout.axes if a.axis == axis), 1)
+
+    def stage_recompute(self) -> list[dict[str, int]]:
+        """Blocks per recomputation mode on each stage."""
+        return [dict(st.recompute) for st in self.doc.pipeline.stages]
 
     @property
     def zero_stage(self) -> int:
@@ -115,33 +135,67 @@ def tp_collectives(g: GemmDoc) -> set[str]:
     return {c.op for c in g.collectives if c.ring_size > 1}
 
 
+def old_schema_error(path: str, schema: object, command: str) -> InputError:
+    """The one line a reader of an older plan document, or of the search
+    summary version 3 replaced, gets."""
+    return InputError(
+        f"is a document of an older meshtune; {command} reads {PLAN_SCHEMA}, which holds the "
+        "whole plan (searched or pinned)",
+        file=path,
+        field="schema",
+        value=schema,
+        fix="re-run `meshtune plan PLAN.yaml --out PLAN.json` with this version",
+    )
+
+
+def resolved_training(doc: PlanDocument, path: str) -> TrainingSpec:
+    """The configuration's training as a resolved spec (the file's
+    modelling choices, the plan's degrees; `per-stage` recomputation as the
+    heaviest mode any stage uses)."""
+    c = doc.configuration
+    given = doc.provenance.training
+    recompute = c.recompute
+    if recompute not in ("none", "selective", "full"):
+        used = {m for st in doc.pipeline.stages for m in st.recompute}
+        recompute = next((m for m in ("full", "selective", "none") if m in used), "none")
+    data = {
+        "global_batch_sequences": c.global_batch_sequences,
+        "sequence_length": c.sequence_length,
+        "dtype": c.dtype,
+        "data_parallel": c.data_parallel,
+        "pipeline_parallel": c.pipeline_parallel,
+        "micro_batch_size": c.micro_batch_size,
+        "interleave": c.interleave,
+        "recompute": Recompute(recompute),
+        "zero_stage": c.zero_stage,
+        "attention": c.attention,
+        "fc_algorithm": c.fc_algorithm,
+    }
+    for key in (
+        "sequence_parallel",
+        "dropout",
+        "fp32_gradients",
+        "overlap_tensor_backward",
+        "overlap_data_parallel",
+        "workspace_gib",
+        "memory_reserve_fraction",
+    ):
+        if key in given:
+            data[key] = given[key]
+    return validate_spec(TrainingSpec, data, file=path, prefix="configuration")
+
+
 def read_plan_view(path: str) -> PlanView:
     """Load a plan JSON for export; InputError (exit 2, one line) when the
-    file is not JSON, not a plan, or misses a key."""
+    file is not JSON, not a plan, an older version, or misses a key."""
     data = read_json_object(path, "a plan JSON (`meshtune plan --out PLAN.json`)")
     schema = data.get("schema")
-    if schema == OLD_SCHEMA:
-        raise InputError(
-            f"is from an older meshtune; export reads {PLAN_SCHEMA}",
-            file=path,
-            field="schema",
-            value=schema,
-            fix="re-run `meshtune plan ... --out PLAN.json` with this version",
-        )
-    if schema == "meshtune.job-search/1":
-        raise InputError(
-            f"is a search result (a chosen configuration, not a plan); export reads {PLAN_SCHEMA}",
-            file=path,
-            field="schema",
-            value=schema,
-            fix="write the chosen degrees into the plan file's training section in place of "
-            "`auto`, re-run `meshtune plan ... --out PLAN.json` and export that",
-        )
+    if schema in OLD_SCHEMAS:
+        raise old_schema_error(path, schema, "export")
     if schema != PLAN_SCHEMA:
         raise InputError(
             f"is not a {PLAN_SCHEMA} document", file=path, field="schema", value=schema, fix=_FIX
         )
     doc = validate_spec(PlanDocument, data, file=path)
-    model = validate_spec(ModelSpec, doc.inputs.model, file=path, prefix="inputs.model")
-    training = validate_spec(TrainingSpec, doc.inputs.training, file=path, prefix="inputs.training")
-    return PlanView(file=path, doc=doc, model=model, training=training)
+    model = validate_spec(ModelSpec, doc.provenance.model, file=path, prefix="provenance.model")
+    return PlanView(file=path, doc=doc, model=model, training=resolved_training(doc, path))

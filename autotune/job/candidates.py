@@ -26,6 +26,10 @@ the degree it refuses:
   the tensor mesh inside one slice of a torus, the rest on whole torus
   dimensions or across slices).
 
+Constraints narrow what the search picks: a size the file pins (or fixes by
+pinning the others: data and pipeline parallelism pinned fix the tensor
+group) is kept even beyond them.
+
 Rows are in the canonical order of :func:`canonical_order`.
 """
 
@@ -73,16 +77,21 @@ def tensor_meshes(inp: JobInput, hw: HardwareView, refusals: Refusals) -> list[M
     megatron = t.fc_algorithm is FcAlgorithm.MEGATRON_1D
     pinned_tp = t.pinned("tensor_parallel")
     pinned_mesh = t.pinned("tensor_mesh")
+    pinned_dp, pinned_pp = t.pinned("data_parallel"), t.pinned("pipeline_parallel")
+    if pinned_tp is None and pinned_mesh is None and pinned_dp and pinned_pp:
+        pinned_tp = hw.num_chips // (pinned_dp * pinned_pp) or None
+    # constraints narrow what the search picks; a size the file pins is kept
+    constrained = pinned_tp is None and pinned_mesh is None
     out = []
     for tp in divisors(hw.num_chips):
         if not _pinned_ok(pinned_tp, tp):
             continue
         if pinned_mesh is not None and pinned_mesh[0] * pinned_mesh[1] != tp:
             continue
-        if lim.max_tensor_parallel is not None and tp > lim.max_tensor_parallel:
+        if constrained and lim.max_tensor_parallel is not None and tp > lim.max_tensor_parallel:
             refusals.add("tensor_parallel", tp, "above constraints.max_tensor_parallel")
             continue
-        if node is not None and lim.tensor_parallel_within_node and node % tp:
+        if constrained and node is not None and lim.tensor_parallel_within_node and node % tp:
             refusals.add(
                 "tensor_parallel",
                 tp,
@@ -142,7 +151,8 @@ def enumerate_candidates(
             if pp > layers:
                 refusals.add("pipeline_parallel", pp, f"more stages than the {layers} layers")
                 continue
-            if lim.max_pipeline_stages is not None and pp > lim.max_pipeline_stages:
+            limited = pinned_pp is None and lim.max_pipeline_stages is not None
+            if limited and pp > lim.max_pipeline_stages:
                 refusals.add("pipeline_parallel", pp, "above constraints.max_pipeline_stages")
                 continue
             dp = chips // (tp * pp)
@@ -163,7 +173,7 @@ def enumerate_candidates(
                 m = per_replica // mbs
                 vs = list(range(1, lim.max_interleave + 1)) if pp > 1 else [1]
                 if pinned_v is not None:
-                    vs = [pinned_v] if pinned_v in vs or pinned_v == 1 else []
+                    vs = [pinned_v] if pp > 1 or pinned_v == 1 else []
                     if not vs:
                         refusals.add("interleave", pinned_v, "needs pipeline stages")
                 for v in vs:

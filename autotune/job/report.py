@@ -1,4 +1,7 @@
-"""The terminal report of the whole step (rich). Human units only here."""
+"""The terminal report of a Plan (rich): the chosen configuration, why it
+wins, where the step's time goes, memory per stage, the FC layers, the
+alternatives and, for a pinned file, the better configuration. Human units
+only here; every number is taken from the plan, never derived."""
 
 from __future__ import annotations
 
@@ -6,49 +9,149 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from autotune.job.result import JobResult
-from autotune.plan.report import fmt_pct, fmt_s
+from autotune.hardware.layout import ParallelAxis
+from autotune.job.hardware import GIB
+from autotune.job.model import PARTS
+from autotune.job.plan import Alternative, Plan
+from autotune.plan.report import fmt_pct, fmt_s, render_fc
+from autotune.render_text import user_text
 
-GIB = float(2**30)
+_AXIS = {
+    ParallelAxis.TENSOR_COL: "tensor col",
+    ParallelAxis.TENSOR_ROW: "tensor row",
+    ParallelAxis.DATA: "data",
+    ParallelAxis.PIPELINE: "pipeline",
+}
 
 
-def render_job(job: JobResult, console: Console | None = None) -> None:
-    """Print the step time, throughput, utilisation, where the step's time
-    goes and the memory of every pipeline stage."""
+def config_line(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
+    """A configuration in one line."""
+    v = int(config["v"])
+    return (
+        f"TP {config['rows']}x{config['cols']} x PP {config['pp']}"
+        + (f" (interleave {v})" if v > 1 else "")
+        + f" x DP {config['dp']}, {micro_batches} micro-batch(es) of {config['mbs']}, "
+        f"recompute {recompute}, ZeRO-{config['zero']}"
+    )
+
+
+def _m(plan: Plan, config: dict[str, int | str]) -> int:
+    batch = plan.inp.training.global_batch_sequences
+    return batch // (int(config["dp"]) * int(config["mbs"]))
+
+
+def render_report(plan: Plan, console: Console | None = None) -> None:
+    """Print the plan (module docstring)."""
     if console is None:
         console = Console()
         if not console.is_terminal:
             console = Console(width=120)
+    inp, t = plan.inp, plan.inp.training
     console.print(
-        f"\n[bold]Training step[/bold]  {job.chips} chips = TP {job.tensor_parallel} x "
-        f"PP {job.pipeline_parallel}"
-        + (f" (interleave {job.interleave})" if job.interleave > 1 else "")
-        + f" x DP {job.data_parallel}; {job.micro_batches} micro-batches of "
-        f"{job.micro_batch_sequences} sequences; recompute {job.recompute}; ZeRO-{job.zero_stage}; "
-        f"FC {job.fc_algorithm}; attention {job.attention}"
+        f"[bold]meshtune plan[/bold]  {user_text(inp.model.name)} on "
+        f"{user_text(inp.cluster.name)} ({plan.num_chips} chips), batch "
+        f"{t.global_batch_sequences} x {t.sequence_length} tokens, {t.dtype.value}, calibration "
+        f"{user_text(inp.calibration.name)}",
+        highlight=False,
     )
-    for warning in job.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {user_text(warning, 400)}", highlight=False)
+    expected = inp.calibration.expected_error
+    band = ""
+    if expected is not None and expected.collective_median_rel_error is not None:
+        band = f" ±{expected.collective_median_rel_error:.0%}"
+        console.print(
+            "expected error of predicted times (calibration, held out): collectives "
+            f"{expected.collective_median_rel_error:.1%} median, "
+            f"{expected.collective_worst_rel_error:.0%} worst",
+            highlight=False,
+        )
+    pinned = t.pinned_degrees
     console.print(
-        f"Step time: [bold]{fmt_s(job.step_s)}[/bold]   tokens/s: "
-        f"[bold]{job.tokens_per_s:,.0f}[/bold]   MFU: [bold]{fmt_pct(job.mfu)}[/bold]"
-        f"   HFU: {fmt_pct(job.hfu)}   pipeline bubble: {fmt_pct(job.bubble_fraction)}"
+        f"\n[bold green]{'Planned' if plan.fits else 'Closest (does not fit)'}:[/bold green] "
+        + config_line(plan.config, plan.recompute, plan.micro_batches)
+        + f", FC {t.fc_algorithm.value}, attention {t.attention.value}",
+        highlight=False,
     )
+    console.print(
+        "  pinned by the file: " + (", ".join(pinned) if pinned else "nothing (all searched)"),
+        highlight=False,
+    )
+    console.print(
+        f"Step time: [bold]{fmt_s(plan.step_s)}[/bold]{band}   tokens/s: "
+        f"[bold]{plan.tokens_per_s:,.0f}[/bold]   MFU: [bold]{fmt_pct(plan.mfu)}[/bold]"
+        f"   HFU: {fmt_pct(plan.hfu)}   pipeline bubble: {fmt_pct(plan.bubble_fraction)}   "
+        f"peak memory {plan.peak_bytes / GIB:.1f} of {plan.hw.hbm_bytes / GIB:.1f} GiB",
+        highlight=False,
+    )
+    _why(plan, console)
+    if plan.better is not None:
+        b = plan.better
+        console.print(
+            "[bold yellow]Faster configuration:[/bold yellow] "
+            + config_line(b.config, b.recompute, _m(plan, b.config))
+            + f" takes {fmt_s(b.step_s)}, {b.speedup:.2f}x faster than the pinned plan, and "
+            f"fits ({b.peak_bytes / GIB:.1f} GiB); pin it, or leave the degrees out to let "
+            "meshtune choose",
+            highlight=False,
+        )
+
+    console.print("\n[bold]Layout[/bold] (ranks from innermost)", highlight=False)
+    for a in plan.layout.axes:
+        console.print(f"  {_AXIS[a.axis]} ({a.size}): {a.description}", highlight=False)
+
     where = Table(
-        title=f"Where the step's time goes (pipeline stage {job.busiest_stage})",
+        title=f"Where the step's time goes (pipeline stage {plan.busiest_stage})",
         box=box.SIMPLE_HEAD,
     )
     where.add_column("part")
     where.add_column("time", justify="right")
     where.add_column("share of step", justify="right")
-    for part in job.breakdown:
-        where.add_row(part.name, fmt_s(part.seconds), fmt_pct(part.seconds / job.step_s))
+    for key, label in PARTS.items():
+        where.add_row(label, fmt_s(plan.parts[key]), fmt_pct(plan.parts[key] / plan.step_s))
     console.print(where)
+    _memory(plan, console)
+    render_fc(plan.fc, console, inp.search.num_runner_ups)
+    _alternatives(plan, console)
+    s = plan.outcome
+    console.print(
+        f"Search: {s.num_candidates} configurations, {s.num_pruned_by_memory_bound} pruned by the "
+        f"memory bound, {s.num_refused_by_fc} refused by the FC planner, {s.num_priced} priced by "
+        f"the step model, {s.num_fit} fit, {s.num_balanced} balanced by the pipeline ILP"
+        + (f" ({s.num_balancer_unproved} not proved in time)" if s.num_balancer_unproved else "")
+        + f"; {'proved best' if s.proved else 'not proved best'} under the model; "
+        f"{s.elapsed_s:.2f} s",
+        highlight=False,
+    )
 
+
+def _why(plan: Plan, console: Console) -> None:
+    if plan.tied:
+        console.print(
+            f"{len(plan.tied)} other configuration(s) are exactly as fast; the tie rule chose "
+            "this one (fewer tensor chips, stages, rows; lower ZeRO; less recomputation)",
+            highlight=False,
+        )
+    if not plan.alternatives:
+        console.print("No other configuration fits.", highlight=False)
+        return
+    r = plan.alternatives[0]
+    console.print(
+        f"Why it wins: the runner-up, {config_line(r.config, r.recompute, _m(plan, r.config))}, "
+        f"is {fmt_s(r.slower_by_s)} slower ({r.slower_by_s / plan.step_s:+.1%}); it loses most "
+        f"to {r.loses_to} (+{fmt_s(r.loses_s)})",
+        highlight=False,
+    )
+
+
+def _memory(plan: Plan, console: Console) -> None:
+    st = plan.stages
+    hw = plan.hw
     mem = Table(title="Memory per chip by pipeline stage (GiB)", box=box.SIMPLE_HEAD)
     for col in (
         "stage",
         "layers",
+        "recompute",
         "weights",
         "grads",
         "optimizer",
@@ -61,25 +164,62 @@ def render_job(job: JobResult, console: Console | None = None) -> None:
         "headroom",
     ):
         mem.add_column(col, justify="right")
-    for m in job.memory:
-        head = m.headroom / GIB
+    modes = ("none", "selective", "full")
+    for s in range(len(st.total_bytes)):
+        chunks = st.layers[s]
+        layers = "+".join(str(int(x)) for x in chunks)
+        rec = ", ".join(
+            f"{int(n)} {modes[i]}" for i, n in enumerate(st.recompute_counts[s]) if n > 0
+        )
+        head = (hw.hbm_bytes - st.total_bytes[s]) / GIB
         mem.add_row(
-            str(m.stage),
-            str(m.layers),
+            str(s),
+            layers,
+            rec,
             *(
                 f"{x / GIB:.2f}"
                 for x in (
-                    m.weights,
-                    m.gradients,
-                    m.optimizer,
-                    m.activations,
-                    m.buffers,
-                    m.workspace,
-                    m.reserve,
-                    m.total,
-                    m.capacity,
+                    st.weights_bytes[s],
+                    st.gradients_bytes[s],
+                    st.optimizer_bytes[s],
+                    st.activation_bytes[s],
+                    st.buffer_bytes[s],
+                    hw.workspace_bytes,
+                    hw.reserve_bytes,
+                    st.total_bytes[s],
+                    hw.hbm_bytes,
                 )
             ),
             f"{head:.2f}" if head >= 0 else f"[red]{head:.2f}[/red]",
         )
     console.print(mem)
+    if plan.even_split_step_s is not None:
+        console.print(
+            f"Balanced layer split: {fmt_s(plan.step_s)} against {fmt_s(plan.even_split_step_s)} "
+            "for the even split (pipeline ILP, proved within its gap)",
+            highlight=False,
+        )
+
+
+def _alternatives(plan: Plan, console: Console) -> None:
+    rows: list[tuple[str, Alternative]] = [("", a) for a in plan.alternatives]
+    rows += [("out of memory", a) for a in plan.faster_but_out_of_memory]
+    if not rows:
+        return
+    table = Table(title="Alternatives", box=box.SIMPLE_HEAD)
+    for col in ("configuration", "step", "slower by", "loses to", "peak GiB"):
+        table.add_column(col, justify="left" if col in ("configuration", "loses to") else "right")
+    for note, a in rows:
+        loses = (
+            f"memory ({a.peak_bytes / GIB:.1f} GiB)"
+            if note
+            else f"{a.loses_to} (+{fmt_s(a.loses_s)})"
+        )
+        table.add_row(
+            config_line(a.config, a.recompute, _m(plan, a.config)),
+            fmt_s(a.step_s),
+            fmt_s(a.slower_by_s) if a.slower_by_s >= 0 else f"-{fmt_s(-a.slower_by_s)}",
+            loses,
+            f"{a.peak_bytes / GIB:.1f}",
+        )
+    console.print(table)

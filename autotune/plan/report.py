@@ -8,7 +8,6 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.plan.results import OneDComparison, PlanResult, breakdown_shares
-from autotune.render_text import user_text
 
 _PASS_LABEL = {"forward": "fwd", "backward_data": "bwd-data", "backward_weight": "bwd-weight"}
 
@@ -41,51 +40,24 @@ def one_d_line(one: OneDComparison) -> str:
     )
 
 
-def render_plan(result: PlanResult, console: Console | None = None) -> None:
-    """Print the plan: the chosen mesh, per-layer dataflows and slice counts,
-    where time goes, the runner-up meshes and the size-rule comparison."""
-    if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=120)
-    inp = result.inputs
-    t = inp.training
-    console.print(
-        f"[bold]meshtune plan[/bold]  {user_text(inp.model.name)} on {user_text(inp.cluster.name)} "
-        f"({result.tp_chips} tensor-parallel chips), {t.micro_batch_sequences} x "
-        f"{t.sequence_length} tokens per micro-batch, {t.dtype.value}"
-    )
-    console.print(
-        f"calibration: {user_text(inp.calibration.name)}   "
-        f"dataflow policy: {result.policy.value}   "
-        f"slice counts per {inp.search.slice_count_per.value}"
-    )
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {user_text(warning, 400)}")
-    expected = inp.calibration.expected_error
-    if expected is not None and expected.collective_median_rel_error is not None:
-        compute = (
-            f", compute {expected.compute_median_rel_error:.1%}"
-            if expected.compute_median_rel_error is not None
-            else ""
-        )
-        console.print(
-            f"expected error of predicted times (calibration, held out): collectives "
-            f"{expected.collective_median_rel_error:.1%} median, "
-            f"{expected.collective_worst_rel_error:.0%} worst{compute}",
-            highlight=False,
-        )
+def render_fc(result: PlanResult, console: Console, num_runner_ups: int) -> None:
+    """Print the FC layers of a plan: the tensor mesh's axes on their
+    resources, per-layer dataflows and slice counts, where FC time goes,
+    the mesh shapes of this tensor-parallel size ranked by FC time, the
+    transposes and the size-rule comparison."""
+    expected = result.inputs.calibration.expected_error
     util = fmt_pct(result.flop_utilization)
     console.print(
-        f"\n[bold green]Chosen mesh {result.mesh.num_rows} x {result.mesh.num_cols}[/bold green]"
-        f" (rows x cols)   FC time per step: [bold]{fmt_s(result.step_fc_time_s)}[/bold]"
+        f"\n[bold]FC layers on the {result.mesh.num_rows} x {result.mesh.num_cols} tensor mesh"
+        f"[/bold] (rows x cols)   FC time per step: [bold]{fmt_s(result.step_fc_time_s)}[/bold]"
         + (
             f" ±{expected.collective_median_rel_error:.0%}"
             if expected is not None and expected.collective_median_rel_error is not None
             else ""
         )
-        + f"   FLOP utilization: [bold]{util}[/bold]"
-        + ("   residual stream stored transposed" if result.residual_transposed else "")
+        + f"   FC FLOP utilization: [bold]{util}[/bold]"
+        + ("   residual stream stored transposed" if result.residual_transposed else ""),
+        highlight=False,
     )
     if result.placement is not None:
         shared = (
@@ -151,7 +123,7 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
         where.add_row("transposes", fmt_s(result.transpose_s_per_step), "")
     console.print(where)
 
-    ranked = Table(title="Mesh shapes considered", box=box.SIMPLE_HEAD)
+    ranked = Table(title=f"Mesh shapes of {result.tp_chips} chips by FC time", box=box.SIMPLE_HEAD)
     ranked.add_column("mesh")
     ranked.add_column("FC time per step", justify="right")
     ranked.add_column("stationaries")
@@ -159,10 +131,12 @@ def render_plan(result: PlanResult, console: Console | None = None) -> None:
     shown = 0
     for c in result.candidates:
         if c.feasible:
-            if shown > inp.search.num_runner_ups:
+            if shown > num_runner_ups:
                 continue
             shown += 1
             mark = "chosen" if c.mesh == result.mesh else ""
+            if c.mesh != result.mesh and shown == 1:
+                mark = "fastest FC layers; the whole step chose another mesh"
             ranked.add_row(str(c.mesh), fmt_s(c.step_fc_time_s), c.stationaries or "", mark)
         else:
             ranked.add_row(f"[dim]{c.mesh}[/dim]", "-", "", f"[dim]infeasible: {c.reason}[/dim]")

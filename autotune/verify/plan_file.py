@@ -1,5 +1,5 @@
-"""Reading the parts of a `meshtune.plan/2` (or `/1`) sharding config that
-`meshtune verify` executes: the mesh, and per layer its GEMMs with dataflow,
+"""Reading the parts of a `meshtune.plan/3` document that `meshtune verify`
+executes: the tensor mesh, and per FC layer its GEMMs with dataflow,
 variant, shape and slice count.
 
 The reader accepts a full document written by `meshtune plan --format json`
@@ -18,10 +18,10 @@ from autotune.errors import InputError
 from autotune.loading import read_text, validate_spec
 from autotune.safe_load import parse_json
 
-PLAN_SCHEMA = "meshtune.plan/2"
-# Version 2 added the `job` section; the mesh and layer keys read here kept
-# their meaning, so documents written before it are still accepted.
-READABLE_SCHEMAS = (PLAN_SCHEMA, "meshtune.plan/1")
+PLAN_SCHEMA = "meshtune.plan/3"
+# Versions 1 and 2 (and the search summary version 3 replaced) get one line
+# saying how to write a version 3 document.
+OLD_SCHEMAS = ("meshtune.plan/1", "meshtune.plan/2", "meshtune.job-search/1")
 MAX_VERIFY_CHIPS = 16_384  # chips the emulator runs (each is a Python-level object)
 MAX_SIDE = 2**24
 MAX_GEMM_DIM = 2**48  # tokens per micro-batch can reach 2^24 sequences x 2^24 tokens
@@ -117,10 +117,18 @@ def read_plan(path: str) -> PlanPart:
             fix="pass the file `meshtune plan --out PLAN.json` wrote",
         )
     schema = data.get("schema")
-    if schema not in READABLE_SCHEMAS:
+    if schema in OLD_SCHEMAS:
         raise InputError(
-            f"is not a {PLAN_SCHEMA} (or meshtune.plan/1) document; this meshtune reads "
-            "those two plan schema versions",
+            f"is a document of an older meshtune; verify reads {PLAN_SCHEMA}, which holds the "
+            "whole plan (searched or pinned)",
+            file=path,
+            field="schema",
+            value=schema,
+            fix="re-run `meshtune plan PLAN.yaml --out PLAN.json` with this version",
+        )
+    if schema != PLAN_SCHEMA:
+        raise InputError(
+            f"is not a {PLAN_SCHEMA} document",
             file=path,
             field="schema",
             value=schema,
