@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from planning import pinned, plan_for
 
-from autotune.job.step import plan_job
-from autotune.loading import load_plan_input
-from autotune.plan.search import plan
 from cost_models.transformer_flops import megatron_flops_per_iteration
 
 FIXTURE = Path(__file__).parent / "fixtures" / "published" / "megatron_a100.yaml"
@@ -53,26 +51,31 @@ def _model(name, heads, hidden, layers):
 
 
 def _predict(
-    tmp: Path, model: dict, training: dict, gpus: int, calibration: str, check_memory: bool = True
+    tmp: Path,
+    model: dict,
+    training: dict,
+    gpus: int,
+    calibration: str,
+    tp: int,
+    check_memory: bool = True,
 ):
+    """The published layout pinned: Megatron 1D tensor parallelism of `tp`
+    GPUs, the even layer split Megatron-LM runs, the era's settings."""
+    pp = training["pipeline_parallel"]
     training = {
         "sequence_length": SEQ,
         "attention": "unfused",
         "fc_algorithm": "megatron-1d",
         "dropout": True,
         "fp32_gradients": True,
+        "tensor_parallel": tp,
+        "data_parallel": gpus // (tp * pp),
+        "layer_split": "even",
         **training,
     }
-    path = tmp / f"{model['name']}-{training['recompute']}.yaml"
-    data = {
-        "model": model,
-        "training": training,
-        "cluster": f"a100-hgx-{gpus // 8}n",
-        "calibration": calibration,
-    }
-    path.write_text(yaml.safe_dump(data))
-    inp = load_plan_input(str(path), None, None)
-    return plan_job(inp, plan(inp), check_memory=check_memory)
+    plan = plan_for(tmp, model, pinned(training), f"a100-hgx-{gpus // 8}n", calibration=calibration)
+    assert plan.fits or not check_memory
+    return plan
 
 
 def korthikanti_rows(tmp: Path, calibration: str) -> list[tuple[str, float, float]]:
@@ -93,8 +96,9 @@ def korthikanti_rows(tmp: Path, calibration: str) -> list[tuple[str, float, floa
                 "sequence_parallel": mode == "selective",
                 "overlap_tensor_backward": True,  # the paper's section 6.2
             }
-            job = _predict(tmp, _model(name, heads, hidden, layers), training, gpus, calibration)
-            assert job.tensor_parallel == tp
+            job = _predict(
+                tmp, _model(name, heads, hidden, layers), training, gpus, calibration, tp
+            )
             label = f"{name} TP{tp} PP{pp} v{chunks[name]} {gpus} GPUs, {mode}"
             rows.append((label, measured, job.step_s))
     return rows
@@ -115,8 +119,7 @@ def narayanan_rows(tmp: Path, calibration: str) -> list[tuple[str, float, float]
             "sequence_parallel": False,
             "overlap_data_parallel": overlap,
         }
-        job = _predict(tmp, _model(name, heads, hidden, layers), training, gpus, calibration)
-        assert job.tensor_parallel == tp
+        job = _predict(tmp, _model(name, heads, hidden, layers), training, gpus, calibration, tp)
         flops = megatron_flops_per_iteration(batch, SEQ, layers, hidden, VOCAB)
         predicted = flops / job.step_s / gpus / 1e12
         dp = gpus // (tp * pp)
@@ -229,6 +232,7 @@ def test_korthikanti_table4_layer_times(repo_root, tmp_dir, calibration):
         training = {
             "global_batch_sequences": 4,
             "pipeline_parallel": 1,
+            "data_parallel": 1,
             "micro_batch_size": 4,
             "recompute": mode,
             "sequence_parallel": sp,
@@ -236,8 +240,10 @@ def test_korthikanti_table4_layer_times(repo_root, tmp_dir, calibration):
         }
         # per-layer times: the whole 48-layer model without recomputation
         # does not fit in 80 GB (the paper's Figure 1), a single layer does
-        job = _predict(tmp_dir, model, training, 8, calibration, check_memory=False)
-        fwd, bwd = job.layer.forward_s * 1e3, job.layer.backward_s * 1e3
+        job = _predict(tmp_dir, model, training, 8, calibration, 8, check_memory=False)
+        b = job.block
+        rec = b.recompute_s[("none", "selective", "full").index(mode)]
+        fwd, bwd = b.forward_s * 1e3, (b.backward_s + rec) * 1e3
         err = (fwd + bwd) / (fwd_ms + bwd_ms) - 1
         errors.append(err)
         print(
@@ -268,12 +274,13 @@ def test_korthikanti_530b_with_data_parallelism(repo_root, tmp_dir, calibration)
         "overlap_data_parallel": False,
         "overlap_tensor_backward": True,  # the paper's section 6.2
     }
-    job = _predict(tmp_dir, _model("530B", 128, 20480, 105), training, run["gpus"], calibration)
+    job = _predict(tmp_dir, _model("530B", 128, 20480, 105), training, run["gpus"], calibration, 8)
     err = job.step_s / run["seconds"] - 1
+    exposed = job.parts["dp_comm_s"]
     print(
         f"\n530B TP8 PP35 DP8 on 2240 GPUs, selective ({calibration}): measured "
         f"{run['seconds']:.2f}s predicted {job.step_s:.2f}s ({err * 100:+.1f}%), "
-        f"exposed all-reduce {job.data_parallel_exposed_s:.2f}s"
+        f"exposed all-reduce {exposed:.2f}s"
     )
     assert abs(err) <= DP8_TOLERANCE[calibration]
-    assert job.data_parallel_exposed_s > 0
+    assert exposed > 0

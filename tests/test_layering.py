@@ -29,7 +29,7 @@ PACKAGES = ("autotune", "cost_models")
 # modules: the package face, errors.py, io.py, loading.py, render_progress.py.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("autotune.cli",),
-    ("autotune.compare", "autotune.job", "autotune.formats"),
+    ("autotune.compare", "autotune.job", "autotune.formats", "autotune.schemas"),
     ("autotune.plan",),
     ("autotune.pipeline", "autotune.calibrate", "autotune.verify"),
     ("autotune.hardware",),

@@ -24,10 +24,10 @@ from autotune.hardware.layout import Layout
 from autotune.job.balance_adapter import Balanced
 from autotune.job.block import BlockFigures, EndFigures
 from autotune.job.candidates import Refusals, tensor_meshes
-from autotune.job.fc import FcTable, megatron_plan_result
+from autotune.job.fc import FcBlock, FcTable, megatron_plan_result
 from autotune.job.hardware import GIB, HardwareView, hardware_view
 from autotune.job.model import PARTS, Candidates, StageDetail, price
-from autotune.job.search import TIE_RELATIVE, Evaluated, SearchOutcome, search
+from autotune.job.search import TIE_RELATIVE, Evaluated, SearchOutcome, key_figures, search
 from autotune.plan.results import PlanResult
 from autotune.plan.search import evaluate_meshes, plan_result
 from autotune.specs.job import DEGREE_KEYS, RECOMPUTE_MODES, JobInput, TrainingInput
@@ -252,11 +252,12 @@ def _pinned_error(inp: JobInput, refusals: Refusals) -> InputError | None:
     for degree, value, reason in refusals.lines():
         if degree in t.pinned_degrees or degree == "layout":
             field = f"training.{degree}" if degree != "layout" else "training"
+            shown = getattr(t, degree) if degree in t.pinned_degrees else value
             return InputError(
                 f"{reason}",
                 file=inp.source_file,
                 field=field,
-                value=value,
+                value=shown,
                 fix="pin another value, or leave the degree out (or `auto`) to let meshtune "
                 "choose it",
             )
@@ -284,11 +285,14 @@ def _no_configuration(inp: JobInput, outcome: SearchOutcome) -> Exception:
     return NoFeasiblePlanError(f"no configuration can run the model ({reasons})")
 
 
-def make_plan(inp: JobInput, hw: HardwareView | None = None) -> Plan:
+def make_plan(
+    inp: JobInput, hw: HardwareView | None = None, *, suggest_better: bool = True
+) -> Plan:
     """Search `inp` and build its Plan (module docstring). A plan whose
     best configuration does not fit in memory is returned with `fits`
     False (the caller reports it and exits 1); no configuration at all is
-    an InputError (exit 2) or NoFeasiblePlanError (exit 1)."""
+    an InputError (exit 2) or NoFeasiblePlanError (exit 1).
+    `suggest_better` False skips the free search of a pinned file."""
     hw = hw or hardware_view(inp)
     outcome = search(inp, hw)
     if outcome.ranked:
@@ -325,7 +329,9 @@ def make_plan(inp: JobInput, hw: HardwareView | None = None) -> Plan:
     tied = [e for e in ranked[1:] if e.step_s <= winner.step_s * (1 + TIE_RELATIVE)]
     rest = [e for e in ranked[1:] if e.step_s > winner.step_s * (1 + TIE_RELATIVE)]
     lim = inp.constraints
-    better = _better(inp, hw, outcome.table, winner) if outcome.ranked else None
+    better = None
+    if suggest_better and outcome.ranked:
+        better = _better(inp, hw, outcome.table, winner)
     return Plan(
         inp=inp,
         hw=hw,
@@ -358,13 +364,27 @@ def make_plan(inp: JobInput, hw: HardwareView | None = None) -> Plan:
 
 
 def _closest(inp: JobInput, hw: HardwareView, outcome: SearchOutcome) -> Evaluated | None:
-    """When nothing fits: the priced configuration that misses memory by
-    the least (its report names the stage and the shortfall)."""
+    """When nothing fits: the configuration that misses memory by the least
+    (its report names the stage and the shortfall): among those priced, or,
+    when the memory bound pruned them all, the one with the smallest bound
+    whose mesh can run the block."""
     c = outcome.candidates
+    figs = outcome.figures
     if len(c) == 0:
-        return None
+        everything = outcome.enumerated
+        if everything is None or len(everything) == 0:
+            return None
+        for i in np.argsort(outcome.memory_bound, kind="stable")[:64].tolist():
+            one = everything.take(np.array([i]))
+            key = (int(one.rows[0]), int(one.cols[0]), int(one.mbs[0]))
+            if isinstance(outcome.table.entries([key])[key], FcBlock):
+                key_figures(inp, hw, outcome.table, one, figs)
+                c = one
+                break
+        else:
+            return None
     model = inp.model
-    p = price(c, outcome.figures, hw, inp.training, model.num_layers, model.hidden_size)
+    p = price(c, figs, hw, inp.training, model.num_layers, model.hidden_size)
     i = int(np.argmin(p.peak_bytes - p.capacity_bytes))
     return Evaluated(
         order=i,

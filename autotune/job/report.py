@@ -35,6 +35,16 @@ def config_line(config: dict[str, int | str], recompute: str, micro_batches: int
     )
 
 
+def short_config(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
+    """A configuration in a table cell."""
+    v = int(config["v"])
+    return (
+        f"TP {config['rows']}x{config['cols']} PP {config['pp']}"
+        + (f"x{v}" if v > 1 else "")
+        + f" DP {config['dp']} mb {config['mbs']}x{micro_batches} {recompute} Z{config['zero']}"
+    )
+
+
 def _m(plan: Plan, config: dict[str, int | str]) -> int:
     batch = plan.inp.training.global_batch_sequences
     return batch // (int(config["dp"]) * int(config["mbs"]))
@@ -147,7 +157,12 @@ def _why(plan: Plan, console: Console) -> None:
 def _memory(plan: Plan, console: Console) -> None:
     st = plan.stages
     hw = plan.hw
-    mem = Table(title="Memory per chip by pipeline stage (GiB)", box=box.SIMPLE_HEAD)
+    mem = Table(
+        title=f"Memory per chip by pipeline stage (GiB of {hw.hbm_bytes / GIB:.1f}; each stage "
+        f"also keeps {hw.workspace_bytes / GIB:.2f} workspace and {hw.reserve_bytes / GIB:.2f} "
+        "reserve)",
+        box=box.SIMPLE_HEAD,
+    )
     for col in (
         "stage",
         "layers",
@@ -157,17 +172,13 @@ def _memory(plan: Plan, console: Console) -> None:
         "optimizer",
         "acts",
         "buffers",
-        "workspace",
-        "reserve",
         "total",
-        "of HBM",
         "headroom",
     ):
-        mem.add_column(col, justify="right")
+        mem.add_column(col, justify="left" if col == "recompute" else "right")
     modes = ("none", "selective", "full")
     for s in range(len(st.total_bytes)):
-        chunks = st.layers[s]
-        layers = "+".join(str(int(x)) for x in chunks)
+        layers = "+".join(str(int(x)) for x in st.layers[s])
         rec = ", ".join(
             f"{int(n)} {modes[i]}" for i, n in enumerate(st.recompute_counts[s]) if n > 0
         )
@@ -184,10 +195,7 @@ def _memory(plan: Plan, console: Console) -> None:
                     st.optimizer_bytes[s],
                     st.activation_bytes[s],
                     st.buffer_bytes[s],
-                    hw.workspace_bytes,
-                    hw.reserve_bytes,
                     st.total_bytes[s],
-                    hw.hbm_bytes,
                 )
             ),
             f"{head:.2f}" if head >= 0 else f"[red]{head:.2f}[/red]",
@@ -216,7 +224,7 @@ def _alternatives(plan: Plan, console: Console) -> None:
             else f"{a.loses_to} (+{fmt_s(a.loses_s)})"
         )
         table.add_row(
-            config_line(a.config, a.recompute, _m(plan, a.config)),
+            short_config(a.config, a.recompute, _m(plan, a.config)),
             fmt_s(a.step_s),
             fmt_s(a.slower_by_s) if a.slower_by_s >= 0 else f"-{fmt_s(-a.slower_by_s)}",
             loses,

@@ -99,9 +99,12 @@ class SearchOutcome:
     figures: KeyFigures
     table: FcTable
     candidates: Candidates = field(repr=False)
+    #: every enumerated configuration and its memory lower bound (bytes)
+    enumerated: Candidates = field(repr=False, default=None)  # type: ignore[assignment]
+    memory_bound: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]
 
 
-def _key_figures(
+def key_figures(
     inp: JobInput, hw: HardwareView, table: FcTable, c: Candidates, figs: KeyFigures
 ) -> None:
     """Fill `figs` for the candidates' keys (their FC entries are blocks)."""
@@ -333,7 +336,8 @@ def search(
     everything = enumerate_candidates(inp, hw, refusals, lim)
     searched_rc = t.pinned("recompute") is None
     per_stage = hw.workspace_bytes + hw.reserve_bytes
-    keep = memory_lower_bound(inp, everything, per_stage, searched_rc) <= hw.hbm_bytes
+    mem_bound = memory_lower_bound(inp, everything, per_stage, searched_rc)
+    keep = mem_bound <= hw.hbm_bytes
     c = everything.take(np.flatnonzero(keep))
     order = np.flatnonzero(keep)
     table = table or FcTable(inp, hw, policy)
@@ -342,7 +346,7 @@ def search(
     num_refused_by_fc = int((~ok).sum())
     c, order = c.take(np.flatnonzero(ok)), order[ok]
     figs = KeyFigures({}, {}, {})
-    _key_figures(inp, hw, table, c, figs)
+    key_figures(inp, hw, table, c, figs)
     n = len(c)
     model = inp.model
 
@@ -482,4 +486,55 @@ def search(
         figures=figs,
         table=table,
         candidates=c,
+        enumerated=everything,
+        memory_bound=mem_bound,
     )
+
+
+def priced_candidates(
+    inp: JobInput, hw: HardwareView, constraints: Constraints | None = None
+) -> tuple[Candidates, KeyFigures, FcTable]:
+    """Every configuration the FC planner can run (no memory bound), with
+    the figures the step model reads; for tests and references."""
+    c = enumerate_candidates(inp, hw, Refusals(), constraints or inp.constraints)
+    table = FcTable(inp, hw, inp.search.dataflow)
+    c = c.take(np.flatnonzero(_fc_feasible(c, table, Refusals(), [])))
+    figs = KeyFigures({}, {}, {})
+    key_figures(inp, hw, table, c, figs)
+    return c, figs, table
+
+
+def exhaustive(
+    inp: JobInput, hw: HardwareView, constraints: Constraints | None = None
+) -> list[Evaluated]:
+    """Reference for tests: every candidate priced exactly (no memory bound,
+    no step bound), every pipelined configuration balanced, the winner's
+    recomputation mixed, ranked by the same rule (fitting ones only)."""
+    lim = constraints or inp.constraints
+    t = inp.training
+    searched_rc = t.pinned("recompute") is None
+    balance_layers = t.layer_split is LayerSplit.BALANCED
+    c, figs, _ = priced_candidates(inp, hw, lim)
+    model = inp.model
+    p = price(c, figs, hw, t, model.num_layers, model.hidden_size)
+    priced = {i: (p, i) for i in range(len(c))}
+    evaluated = {i: _evaluated(c.row(i), p, i, i) for i in range(len(c))}
+    keys: dict[tuple, list[int]] = {}
+    for i in np.flatnonzero(c.pp > 1).tolist():
+        keys.setdefault(_config_key(c, i, searched_rc), []).append(i)
+    if balance_layers:
+        for rows in keys.values():
+            modes = _balancer_modes(c, rows, priced, not searched_rc, mix=False)
+            pick = next(i for i in rows if RECOMPUTE_MODES[int(c.recompute[i])] in modes)
+            _, e = _balanced_evaluation(inp, hw, c, figs, pick, pick, modes, lim.ilp_time_limit_s)
+            fitting = [evaluated[i].step_s for i in rows if evaluated[i].fits]
+            even = min(fitting, default=None)
+            if e is None or not e.fits or (even is not None and e.step_s >= even):
+                continue
+            for i in rows:
+                evaluated.pop(i, None)
+            evaluated[-1 - pick] = replace(e, even_split_step_s=even)
+    ranked = _sorted([e for e in evaluated.values() if e.fits])
+    if ranked and balance_layers and searched_rc and ranked[0].counts is not None:
+        ranked, _ = _mix_winner(inp, hw, c, figs, ranked, lim, keys, priced)
+    return ranked

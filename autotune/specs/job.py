@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from autotune.specs.base import MAX_CHIPS, MAX_COUNT, MAX_GIB, MAX_LAYERS, Spec
 from autotune.specs.calibration import CalibrationSpec
@@ -178,41 +178,58 @@ class TrainingInput(Spec):
             )
         return data
 
-    @model_validator(mode="after")
-    def _check(self) -> TrainingInput:
-        mesh = self.tensor_mesh
+    @field_validator("tensor_mesh")
+    @classmethod
+    def _check_mesh(cls, mesh: Any) -> Any:
         if isinstance(mesh, list) and len(mesh) != 2:
+            raise ValueError(f"{mesh} must be [rows, cols], auto or 1d; fix: write e.g. [1, 8]")
+        return mesh
+
+    @field_validator("micro_batches")
+    @classmethod
+    def _check_micro_batches(cls, value: int | None, info: ValidationInfo) -> int | None:
+        size = info.data.get("micro_batch_size")
+        if value is not None and size not in (None, "auto"):
+            dp = info.data.get("data_parallel")
+            batch = info.data.get("global_batch_sequences")
+            if not isinstance(dp, int) or not batch or batch // dp != value * size:
+                raise ValueError(
+                    f"{value} and micro_batch_size {size} are both given; fix: give only one "
+                    "of them"
+                )
+        return value
+
+    @field_validator("interleave")
+    @classmethod
+    def _check_interleave(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, int) and value > 1 and info.data.get("pipeline_parallel") == 1:
             raise ValueError(
-                f"tensor_mesh {mesh} must be [rows, cols], auto or 1d; fix: write e.g. [1, 8]"
+                f"interleave {value} needs pipeline stages; fix: set pipeline_parallel > 1 "
+                "(or auto) or interleave: 1"
             )
-        if self.micro_batches is not None and self.micro_batch_size not in (None, "auto"):
-            per_replica = None
-            if isinstance(self.data_parallel, int):
-                per_replica = self.global_batch_sequences // self.data_parallel
-            if per_replica is None or per_replica != self.micro_batches * self.micro_batch_size:
-                raise ValueError(
-                    f"micro_batches ({self.micro_batches}) and micro_batch_size "
-                    f"({self.micro_batch_size}) are both given; fix: give only one of them"
-                )
-        if self.fc_algorithm is FcAlgorithm.MEGATRON_1D:
-            if isinstance(mesh, list) and mesh[0] != 1:
-                raise ValueError(
-                    f"tensor_mesh {mesh} has {mesh[0]} rows but fc_algorithm megatron-1d runs "
-                    "on a 1 x N mesh; fix: write tensor_mesh: [1, N] or use fc_algorithm: "
-                    "meshslice"
-                )
-        if isinstance(self.interleave, int) and self.interleave > 1:
-            if self.pipeline_parallel == 1:
-                raise ValueError(
-                    f"interleave {self.interleave} needs pipeline stages; fix: set "
-                    "pipeline_parallel > 1 (or auto) or interleave: 1"
-                )
-        if isinstance(self.zero_stage, int) and self.zero_stage > 0 and self.data_parallel == 1:
+        return value
+
+    @field_validator("zero_stage")
+    @classmethod
+    def _check_zero(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, int) and value > 0 and info.data.get("data_parallel") == 1:
             raise ValueError(
-                f"zero_stage {self.zero_stage} shards over data-parallel replicas but "
-                "data_parallel is 1; fix: set zero_stage: 0 or data_parallel > 1 (or auto)"
+                f"zero_stage {value} shards over data-parallel replicas but data_parallel is 1; "
+                "fix: set zero_stage: 0 or data_parallel > 1 (or auto)"
             )
-        return self
+        return value
+
+    @field_validator("fc_algorithm")
+    @classmethod
+    def _check_algorithm(cls, value: Any, info: ValidationInfo) -> Any:
+        mesh = info.data.get("tensor_mesh")
+        if FcAlgorithm(value) is FcAlgorithm.MEGATRON_1D and isinstance(mesh, list):
+            if mesh[0] != 1:
+                raise ValueError(
+                    f"megatron-1d runs on a 1 x N mesh but tensor_mesh is {mesh}; fix: write "
+                    "tensor_mesh: [1, N] or use fc_algorithm: meshslice"
+                )
+        return value
 
     def pinned(self, name: str) -> Any:
         """The pinned value of degree `name`, or None when it is searched."""

@@ -1,0 +1,59 @@
+"""Shared test helpers: write a plan file and plan it in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from autotune.job.plan import Plan, make_plan
+from autotune.loading import load_plan_input
+
+#: the degrees a file must give to pin one configuration, with the values
+#: that keep a test's meaning when it does not say (one replica, one stage,
+#: one micro-batch, no recomputation, ZeRO 0)
+PINNED = {
+    "data_parallel": 1,
+    "pipeline_parallel": 1,
+    "interleave": 1,
+    "recompute": "none",
+    "zero_stage": 0,
+}
+
+
+def write_plan(
+    tmp_path: Path,
+    model: dict | str,
+    training: dict,
+    cluster: dict | str,
+    name: str = "plan.yaml",
+    **sections: object,
+) -> Path:
+    """A plan file with these sections (calibration, search, constraints)."""
+    path = tmp_path / name
+    data = {"model": model, "training": training, "cluster": cluster, **sections}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def pinned(training: dict) -> dict:
+    """`training` with every degree it leaves out pinned (PINNED; one
+    micro-batch unless a size or count is given)."""
+    out = {**PINNED, **training}
+    if "micro_batch_size" not in out and "micro_batches" not in out:
+        out["micro_batches"] = 1
+    return out
+
+
+def plan_for(
+    tmp_path: Path,
+    model: dict | str,
+    training: dict,
+    cluster: dict | str = "a100-hgx-4n",
+    *,
+    suggest_better: bool = False,
+    **sections: object,
+) -> Plan:
+    """Plan a file written from these sections, in-process."""
+    path = write_plan(tmp_path, model, training, cluster, **sections)
+    return make_plan(load_plan_input(path), suggest_better=suggest_better)
