@@ -218,13 +218,13 @@ def test_plan_uses_the_calibration_and_records_its_source(repo_root, tmp_path):
         result = run("plan", "examples/gpt3.yaml", "--calibration", str(path), "--format", "json")
         assert result.exit_code == 0, result.output
         planned[path] = json.loads(result.stdout)
-        ref = planned[path]["inputs"]["calibration"]
+        ref = planned[path]["provenance"]["calibration"]
         assert ref["path"] == str(path)
         assert ref["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
         assert ref["name"] == "slow" and ref["source"].startswith("fitted by meshtune")
-    fitted = planned[cal]["summary"]["step_fc_time_s"]
-    slower = planned[slow]["summary"]["step_fc_time_s"]
-    assert fitted != default["summary"]["step_fc_time_s"]
+    fitted = planned[cal]["fc"]["step_fc_time_s"]
+    slower = planned[slow]["fc"]["step_fc_time_s"]
+    assert fitted != default["fc"]["step_fc_time_s"]
     assert slower > fitted * 1.05
 
 
@@ -252,7 +252,7 @@ def test_plan_shows_the_calibrations_expected_error(repo_root, tmp_path):
     assert f"collectives {median:.1%} median" in " ".join(table.output.split())
     doc = json.loads(run("plan", "examples/gpt3.yaml", "--calibration", str(cal), "--format",
                          "json").stdout)  # fmt: skip
-    assert doc["inputs"]["calibration"]["expected_error"] == expected
+    assert doc["provenance"]["calibration"]["expected_error"] == expected
     # a calibration without held-out errors (the bundled presets) leaves the key out
     old = json.loads(run("plan", "examples/gpt3.yaml", "--format", "json").stdout)
-    assert "expected_error" not in old["inputs"]["calibration"]
+    assert "expected_error" not in old["provenance"]["calibration"]

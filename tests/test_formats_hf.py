@@ -203,7 +203,7 @@ def test_transformers_config_plans(tmp_path: Path) -> None:
         "--format", "json",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    model = json.loads(proc.stdout)["inputs"]["model"]
+    model = json.loads(proc.stdout)["provenance"]["model"]
     assert model["head_dim"] == 128 and model["num_kv_heads"] == 8
     assert model["ffn_kind"] == "swiglu" and model["tied_embeddings"] is False
 

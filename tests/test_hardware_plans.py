@@ -27,13 +27,13 @@ def test_llama3_70b_on_32_h100_nodes(repo_root) -> None:
     res = run("plan", "examples/llama3-70b-h100.yaml", "--format", "json")
     doc = json.loads(res.stdout)
     PlanDocument.model_validate(doc)
-    axes = {a["axis"]: a for a in doc["mesh_axes"]}
+    axes = {a["axis"]: a for a in doc["fc"]["mesh_axes"]}
     assert {a["kind"] for a in axes.values()} <= {"switched", "scale_out"}
-    one = doc["one_d_comparison"]
+    one = doc["fc"]["one_d_comparison"]
     assert one["two_d_speedup"] > 1 and one["one_d_mesh"] == [1, 32]
     assert one["one_d_step_fc_time_s"] == next(
         c["step_fc_time_s"]
-        for c in doc["mesh_candidates"]
+        for c in doc["fc"]["mesh_candidates"]
         if [c["num_rows"], c["num_cols"]] == [1, 32]
     )
     # 32 GPUs = 4 nodes: one axis stays in a node, the other crosses the rails
@@ -44,8 +44,8 @@ def test_gpt3_on_tpu_v5p(repo_root) -> None:
     res = run("plan", "examples/gpt3.yaml", "--cluster", "tpu-v5p-256", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert all(a["kind"] == "torus" for a in doc["mesh_axes"])
-    assert doc["one_d_comparison"]["note"].startswith("no feasible 1D mesh")
+    assert all(a["kind"] == "torus" for a in doc["fc"]["mesh_axes"])
+    assert doc["fc"]["one_d_comparison"]["note"].startswith("no feasible 1D mesh")
     table = run("plan", "examples/gpt3.yaml", "--cluster", "tpu-v5p-256")
     assert "torus dim" in table.stdout and "2D vs 1D" in table.stdout
 
@@ -58,16 +58,16 @@ def test_gpt3_on_tpu_v5p_example_prices_2d_against_1d(repo_root) -> None:
     out = " ".join(table.stdout.split())
     assert "torus dim" in out and "best 1D mesh 1x32" in out
     doc = json.loads(run("plan", "examples/gpt3-tpu-v5p.yaml", "--format", "json").stdout)
-    one = doc["one_d_comparison"]
+    one = doc["fc"]["one_d_comparison"]
     assert one["one_d_mesh"] == [1, 32] and one["two_d_speedup"] > 1
-    assert one["two_d_step_fc_time_s"] == pytest.approx(doc["summary"]["step_fc_time_s"], rel=1e-12)
-    assert all(a["kind"] == "torus" for a in doc["mesh_axes"])
+    assert one["two_d_step_fc_time_s"] == pytest.approx(doc["fc"]["step_fc_time_s"], rel=1e-12)
+    assert all(a["kind"] == "torus" for a in doc["fc"]["mesh_axes"])
 
 
 def test_gpt3_on_tpu_v4_default_still_32x8(repo_root) -> None:
     doc = json.loads(run("plan", "examples/gpt3.yaml", "--format", "json").stdout)
     assert [doc["mesh"]["num_rows"], doc["mesh"]["num_cols"]] == [32, 8]
-    assert [a["kind"] for a in doc["mesh_axes"]] == ["axis", "axis"]
+    assert [a["kind"] for a in doc["fc"]["mesh_axes"]] == ["axis", "axis"]
 
 
 def test_unknown_node_count_preset_is_one_line_error(repo_root) -> None:

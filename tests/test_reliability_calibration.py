@@ -119,7 +119,7 @@ def test_poor_fit_accepted_is_written_and_plan_warns(tmp_path):
     assert "written with --accept-poor-fit" in run.stdout
     plan = run_cli("plan", GPT3, "--calibration", str(out), "--format", "json")
     assert plan.exit_code == 0, plan.stderr
-    warnings = json.loads(plan.stdout)["summary"]["warnings"]
+    warnings = json.loads(plan.stdout)["warnings"]
     assert any("poor fit" in w for w in warnings), warnings
 
 
@@ -130,13 +130,13 @@ def test_plan_warns_when_its_calibration_is_extrapolated(tmp_path):
     assert run.exit_code == 0, run.stderr
     plan = run_cli("plan", GPT3, "--calibration", str(out), "--format", "json")
     assert plan.exit_code == 0, plan.stderr
-    warnings = json.loads(plan.stdout)["summary"]["warnings"]
+    warnings = json.loads(plan.stdout)["warnings"]
     assert any("extrapolated" in w and "2 MiB" in w for w in warnings), warnings
 
 
 def test_bundled_calibration_plans_without_fit_warnings():
     plan = run_cli("plan", GPT3, "--format", "json")
-    warnings = json.loads(plan.stdout)["summary"]["warnings"]
+    warnings = json.loads(plan.stdout)["warnings"]
     assert not any("poor fit" in w or "extrapolated" in w for w in warnings), warnings
 
 

@@ -142,6 +142,10 @@ def enumerate_candidates(
     pinned_zero = t.pinned("zero_stage")
     pinned_pp, pinned_dp = t.pinned("pipeline_parallel"), t.pinned("data_parallel")
     pinned_mbs, pinned_v = t.pinned("micro_batch_size"), t.pinned("interleave")
+    for degree in ("data_parallel", "pipeline_parallel", "tensor_parallel"):
+        value = t.pinned(degree)
+        if value is not None and chips % value:
+            refusals.add(degree, value, f"does not divide the cluster's {chips} chips")
     rows_out: list[tuple[int, ...]] = []
     for mesh in tensor_meshes(inp, hw, refusals):
         tp = mesh.num_chips

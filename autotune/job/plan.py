@@ -359,8 +359,16 @@ def make_plan(
         faster_but_out_of_memory=tuple(_alternative(e, winner) for e in outcome.memory_excluded),
         better=better,
         outcome=outcome,
-        warnings=tuple(dict.fromkeys([*hw.warnings, *fc.warnings])),
+        warnings=tuple(dict.fromkeys([*hw.warnings, *fc.warnings, *_gap_warnings(outcome)])),
     )
+
+
+def _gap_warnings(outcome: SearchOutcome) -> list[str]:
+    """One line per calibration gap that kept tensor meshes from the search."""
+    return [
+        f"tensor meshes the calibration cannot price were left out: {err.one_line()}"
+        for err in outcome.table.errors
+    ]
 
 
 def _closest(inp: JobInput, hw: HardwareView, outcome: SearchOutcome) -> Evaluated | None:
