@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden" / "export"
 FIXTURES = REPO / "tests" / "fixtures" / "formats"
 UPDATE = os.environ.get("MESHTUNE_UPDATE_GOLDEN") == "1"
-PLAN_2D = REPO / "tests" / "golden" / "plan_gpt3.json"  # the bundled GPT-3 plan, 32 x 8
+PLAN_2D = REPO / "tests" / "golden" / "plan_gpt3.json"  # the bundled GPT-3 plan, 4 x 64
 PLAN_1D = FIXTURES / "plan_gpt3_1d_tp8.json"  # dp 4 x pp 8 x tp 1 x 8
 
 
@@ -93,7 +93,7 @@ def test_refusal_names_the_targets_that_can(tmp_path: Path) -> None:
     proc = _meshtune("export", str(PLAN_2D), "--to", "megatron")
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
-    assert "mesh: is a 2D mesh (32 x 8); Megatron-LM runs 1D tensor parallelism only" in line
+    assert "mesh: is a 2D mesh (4 x 64); Megatron-LM runs 1D tensor parallelism only" in line
     assert "fix: export --to jax (or maxtext)" in line
 
 
@@ -119,9 +119,10 @@ def test_maxtext_keys_in_base_yml() -> None:
         mesh = json.loads(plan.read_text())["mesh"]
         tp = config["ici_tensor_parallelism"] * config["ici_tensor_transpose_parallelism"]
         assert tp == mesh["num_rows"] * mesh["num_cols"]
-    # the 2D plan: W of ffn_up is [row, col], so its embed (input) dim is on the 32 rows
+    # the 2D plan runs ffn_up transposed: W is stored [col, row], so its embed
+    # (input) dim is on the 64 columns
     config = yaml.safe_load(export_plan(str(PLAN_2D), "maxtext").files[0].text)
-    assert (config["ici_tensor_transpose_parallelism"], config["ici_tensor_parallelism"]) == (32, 8)
+    assert (config["ici_tensor_transpose_parallelism"], config["ici_tensor_parallelism"]) == (64, 4)
     flags = export_plan(str(PLAN_2D), "maxtext").files[1].text
     assert "--xla_tpu_enable_windowed_einsum_for_all_gather=true" in flags
     assert "--xla_gpu_threshold_for_windowed_einsum_mib=0" in flags
@@ -153,12 +154,12 @@ def test_megatron_flags_in_arguments_py() -> None:
             seen[flag] = value
             i += 2
     plan = json.loads(PLAN_1D.read_text())
-    training = plan["inputs"]["training"]
+    config = plan["configuration"]
     assert seen["--tensor-model-parallel-size"] == "8"
-    assert seen["--pipeline-model-parallel-size"] == str(training["pipeline_parallel"])
+    assert seen["--pipeline-model-parallel-size"] == str(config["pipeline_parallel"])
     # Megatron: global = micro * dp * micro-batches
     micro = int(seen["--micro-batch-size"])
-    assert micro * training["data_parallel"] * plan["job"]["micro_batches"] == int(
+    assert micro * config["data_parallel"] * config["micro_batches"] == int(
         seen["--global-batch-size"]
     )
     assert seen["--tp-comm-overlap-cfg"] == "tp_comm_overlap_cfg.yaml"
@@ -263,7 +264,7 @@ def test_mindformers_keys_and_lists() -> None:
 
 def test_mindformers_offsets_with_a_remainder(tmp_path: Path) -> None:
     doc = json.loads(PLAN_1D.read_text())
-    doc["inputs"]["model"]["num_layers"] = 99  # 99 = 8 * 12 + 3: the last 3 stages take 13
+    doc["provenance"]["model"]["num_layers"] = 99  # 99 = 8 * 12 + 3: the last 3 stages take 13
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(doc))
     config = yaml.safe_load(export_plan(str(plan), "mindformers").files[0].text)
@@ -327,7 +328,7 @@ def test_jax_module_partition_specs_match_the_plan() -> None:
         for t in layer["tensors"]:
             spec = ", ".join(json.dumps(a) for a in t["partition_spec"])
             assert f'"{t["name"]}": ({spec})' in text
-    assert "MESH_SHAPE = (32, 8)" in text and "BLOCK_SIZE = 8" in text
+    assert "MESH_SHAPE = (4, 64)" in text and "BLOCK_SIZE = 8" in text
 
 
 # -- bad input ------------------------------------------------------------------------
@@ -336,10 +337,16 @@ BAD = [
     ("notjson.json", "{oops", "is not valid JSON"),
     ("array.json", "[]", "must be a JSON object, but it is a list"),
     ("other.json", json.dumps({"schema": "meshtune.compare/1"}),
-     "schema: got 'meshtune.compare/1'; is not a meshtune.plan/2 document"),
+     "schema: got 'meshtune.compare/1'; is not a meshtune.plan/3 document"),
     ("old.json", json.dumps({"schema": "meshtune.plan/1"}),
-     "schema: got 'meshtune.plan/1'; is from an older meshtune; export reads meshtune.plan/2; "
-     "fix: re-run"),
+     "schema: got 'meshtune.plan/1'; is a document of an older meshtune; export reads "
+     "meshtune.plan/3"),
+    ("v2.json", json.dumps({"schema": "meshtune.plan/2"}),
+     "schema: got 'meshtune.plan/2'; is a document of an older meshtune; export reads "
+     "meshtune.plan/3, which holds the whole plan (searched or pinned); fix: re-run `meshtune "
+     "plan PLAN.yaml --out PLAN.json`"),
+    ("search.json", json.dumps({"schema": "meshtune.job-search/1"}),
+     "schema: got 'meshtune.job-search/1'; is a document of an older meshtune"),
 ]  # fmt: skip
 
 
@@ -353,7 +360,7 @@ def test_bad_plan_files_exit_2(tmp_path: Path, name: str, text: str, expected: s
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("key", ["mesh", "layers", "inputs"])
+@pytest.mark.parametrize("key", ["mesh", "layers", "provenance", "configuration", "pipeline"])
 def test_missing_key_exits_2(tmp_path: Path, key: str) -> None:
     doc = json.loads(PLAN_2D.read_text())
     del doc[key]
@@ -366,11 +373,11 @@ def test_missing_key_exits_2(tmp_path: Path, key: str) -> None:
 
 def test_missing_nested_model_key_exits_2(tmp_path: Path) -> None:
     doc = json.loads(PLAN_2D.read_text())
-    del doc["inputs"]["model"]["hidden_size"]
+    del doc["provenance"]["model"]["hidden_size"]
     (tmp_path / "plan.json").write_text(json.dumps(doc))
     proc = _meshtune("export", str(tmp_path / "plan.json"), "--to", "maxtext")
     assert proc.returncode == 2
-    assert "inputs.model.hidden_size: is required" in proc.stderr
+    assert "provenance.model.hidden_size: is required" in proc.stderr
 
 
 def test_targets_registered() -> None:
@@ -382,7 +389,7 @@ def test_targets_registered() -> None:
 
 def test_jax_export_lists_planned_transposes(tmp_path: Path) -> None:
     doc = json.loads(PLAN_2D.read_text())
-    doc["transposes"] = [{"where": "ffn_down -> residual", "rows": 262144, "cols": 12288}]
+    doc["fc"]["transposes"] = [{"where": "ffn_down -> residual", "rows": 262144, "cols": 12288}]
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(doc))
     result = export_plan(str(plan), "jax")

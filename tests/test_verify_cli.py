@@ -24,9 +24,17 @@ GOLDEN = Path(__file__).parent / "golden" / "verify_gpt3.json"
 
 @pytest.fixture(scope="module")
 def gpt3_plan(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("plan") / "gpt3_plan.json"
+    """examples/gpt3.yaml on the paper's 32 x 8 mesh (pinned)."""
+    import yaml
+
+    folder = tmp_path_factory.mktemp("plan")
+    out = folder / "gpt3_plan.json"
     repo = Path(__file__).resolve().parent.parent
-    result = CliRunner().invoke(main, ["plan", str(repo / "examples/gpt3.yaml"), "--out", str(out)])
+    data = yaml.safe_load((repo / "examples" / "gpt3.yaml").read_text())
+    data["training"]["tensor_mesh"] = [32, 8]
+    source = folder / "gpt3_32x8.yaml"
+    source.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(main, ["plan", str(source), "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
@@ -148,7 +156,7 @@ def test_every_table1_row_and_twin_verifies(tmp_path, stationary, transposed):
             }
         )
     doc = {
-        "schema": "meshtune.plan/1",
+        "schema": "meshtune.plan/3",
         "mesh": {"num_rows": 2, "num_cols": 4, "block_size": block},
         "layers": [
             {"name": "fc", "in_features": 96, "out_features": 48, "tokens": 192, "gemms": gemms}
@@ -168,7 +176,7 @@ def test_every_table1_row_and_twin_verifies(tmp_path, stationary, transposed):
 
 def test_gemms_without_expressions_verify_one_by_one(tmp_path):
     doc = {
-        "schema": "meshtune.plan/1",
+        "schema": "meshtune.plan/3",
         "mesh": {"num_rows": 3, "num_cols": 2, "block_size": 4},
         "layers": [
             {
@@ -198,10 +206,20 @@ def test_gemms_without_expressions_verify_one_by_one(tmp_path):
         ("{", "is not valid JSON"),
         (
             '{"schema": "other/1"}',
-            "schema: got 'other/1'; is not a meshtune.plan/2 (or meshtune.plan/1) document",
+            "schema: got 'other/1'; is not a meshtune.plan/3 document",
         ),
         (
-            '{"schema": "meshtune.plan/1", "mesh": {"num_rows": 0, "num_cols": 2, '
+            '{"schema": "meshtune.plan/2", "mesh": {}, "layers": []}',
+            "schema: got 'meshtune.plan/2'; is a document of an older meshtune; verify reads "
+            "meshtune.plan/3, which holds the whole plan (searched or pinned); fix: re-run "
+            "`meshtune plan PLAN.yaml --out PLAN.json`",
+        ),
+        (
+            '{"schema": "meshtune.job-search/1", "chosen": {}}',
+            "schema: got 'meshtune.job-search/1'; is a document of an older meshtune",
+        ),
+        (
+            '{"schema": "meshtune.plan/3", "mesh": {"num_rows": 0, "num_cols": 2, '
             '"block_size": 1}, "layers": []}',
             "mesh.num_rows",
         ),

@@ -95,7 +95,7 @@ def test_verify_backend_jax_sets_up_its_own_devices(tmp_path):
         for df in ("OS", "LS", "RS") for t in (False, True)
     ]  # fmt: skip
     doc = {
-        "schema": "meshtune.plan/1",
+        "schema": "meshtune.plan/3",
         "mesh": {"num_rows": 2, "num_cols": 4, "block_size": 2},
         "layers": [
             {"name": "fc", "in_features": 64, "out_features": 64, "tokens": 64, "gemms": gemms}

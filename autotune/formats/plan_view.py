@@ -90,9 +90,22 @@ class PlanView:
         return self.doc.configuration.layer_split == "even"
 
     def dcn_size(self, axis: str) -> int:
-        """Chips of an axis's groups in different slices (TPU multi-slice;
-        1 when the axis stays inside a slice or on nodes)."""
-        return next((a.dcn_size for a in self.doc.layout.axes if a.axis == axis), 1)
+        """Chips of an axis's groups outside one ICI domain: in different
+        TPU slices (the layout's data-center network level), or, on GPU
+        nodes, in different nodes (MaxText's `dcn_*` on GPUs: the part of the
+        axis past the chips its stride leaves in a node). 1 when the axis
+        stays inside."""
+        found = next((a for a in self.doc.layout.axes if a.axis == axis), None)
+        if found is None:
+            return 1
+        if found.dcn_size > 1:
+            return found.dcn_size
+        node = (self.doc.provenance.cluster.get("node") or {}).get("chips_per_node")
+        if not node or not any(lv.kind == "scale_out" for lv in found.levels):
+            return 1
+        inside = node // found.stride if node % found.stride == 0 else 1
+        inside = max(1, min(inside, found.size))
+        return found.size // inside if found.size % inside == 0 else found.size
 
     def stage_recompute(self) -> list[dict[str, int]]:
         """Blocks per recomputation mode on each stage."""

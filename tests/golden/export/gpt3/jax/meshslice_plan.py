@@ -1,5 +1,5 @@
-"""meshtune export --to jax, from plan_gpt3.json (meshtune.plan/2, meshtune 0.1.0)
-gpt3-175b: 32 x 8 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es) of 128 sequence(s), 256 chips
+"""meshtune export --to jax, from plan_gpt3.json (meshtune.plan/3, meshtune 0.1.0)
+gpt3-175b: 4 x 64 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es) of 128 sequence(s), 256 chips
 interleave 1, recompute full, ZeRO stage 0, FC layers meshslice
 key names: jax.sharding (Mesh, PartitionSpec, NamedSharding) and jax.shard_map, jax >= 0.7
 not expressed: recompute full: run_layer does not rematerialise; wrap your block in jax.checkpoint with a policy of your choice
@@ -17,30 +17,30 @@ from autotune.verify.jax_backend import ensure_devices
 from autotune.verify.scale import GemmSchedule, gemm_letters, parse_expression, scale_layer
 from cost_models import Dataflow, MeshShape
 
-MESH_SHAPE = (32, 8)
+MESH_SHAPE = (4, 64)
 AXIS_NAMES = ("row", "col")
 BLOCK_SIZE = 8
 # Each GEMM: (plain Table 1 expression, dataflow, transposed variant, slice count S)
 GEMMS = {
     "qkv": {
-        "forward": ("Y = OS(X, W)", "OS", False, 4),
-        "backward_data": ("dX = LS(dY, W)", "LS", False, 6),
-        "backward_weight": ("dW = RS(X, dY)", "RS", False, 6),
+        "forward": ("Y = OS(X, W)", "OS", True, 3),
+        "backward_data": ("dX = LS(dY, W)", "LS", True, 4),
+        "backward_weight": ("dW = RS(X, dY)", "RS", True, 4),
     },
     "attn_out": {
-        "forward": ("Y = LS(X, W^T)", "LS", False, 6),
-        "backward_data": ("dX = OS(dY, W^T)", "OS", False, 6),
-        "backward_weight": ("dW^T = RS(dY, X)", "RS", False, 6),
+        "forward": ("Y = LS(X, W^T)", "LS", True, 4),
+        "backward_data": ("dX = OS(dY, W^T)", "OS", True, 6),
+        "backward_weight": ("dW^T = RS(dY, X)", "RS", True, 4),
     },
     "ffn_up": {
-        "forward": ("Y = OS(X, W)", "OS", False, 6),
-        "backward_data": ("dX = LS(dY, W)", "LS", False, 6),
-        "backward_weight": ("dW = RS(X, dY)", "RS", False, 6),
+        "forward": ("Y = OS(X, W)", "OS", True, 4),
+        "backward_data": ("dX = LS(dY, W)", "LS", True, 4),
+        "backward_weight": ("dW = RS(X, dY)", "RS", True, 4),
     },
     "ffn_down": {
-        "forward": ("Y = LS(X, W^T)", "LS", False, 6),
-        "backward_data": ("dX = OS(dY, W^T)", "OS", False, 6),
-        "backward_weight": ("dW^T = RS(dY, X)", "RS", False, 6),
+        "forward": ("Y = LS(X, W^T)", "LS", True, 4),
+        "backward_data": ("dX = OS(dY, W^T)", "OS", True, 4),
+        "backward_weight": ("dW^T = RS(dY, X)", "RS", True, 4),
     },
 }
 
@@ -52,10 +52,10 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from autotune.verify.jax_backend import device_mesh, run_meshslice_jax  # noqa: E402
 
 PARTITION_SPECS = {
-    "qkv": {"input": ("row", "col"), "weight": ("row", "col"), "output": ("row", "col")},
-    "attn_out": {"input": ("row", "col"), "weight": ("col", "row"), "output": ("row", "col")},
-    "ffn_up": {"input": ("row", "col"), "weight": ("row", "col"), "output": ("row", "col")},
-    "ffn_down": {"input": ("row", "col"), "weight": ("col", "row"), "output": ("row", "col")},
+    "qkv": {"input": ("col", "row"), "weight": ("col", "row"), "output": ("col", "row")},
+    "attn_out": {"input": ("col", "row"), "weight": ("row", "col"), "output": ("col", "row")},
+    "ffn_up": {"input": ("col", "row"), "weight": ("col", "row"), "output": ("col", "row")},
+    "ffn_down": {"input": ("col", "row"), "weight": ("row", "col"), "output": ("col", "row")},
 }
 TOLERANCE = 1e-4  # float32 relative error, as `meshtune verify` allows
 

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# meshtune export --to maxtext, from plan_gpt3.json (meshtune.plan/2, meshtune 0.1.0)
-# gpt3-175b: 32 x 8 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es) of 128 sequence(s), 256 chips
+# meshtune export --to maxtext, from plan_gpt3.json (meshtune.plan/3, meshtune 0.1.0)
+# gpt3-175b: 4 x 64 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es) of 128 sequence(s), 256 chips
 # interleave 1, recompute full, ZeRO stage 0, FC layers meshslice
 # key names: AI-Hypercomputer/maxtext src/MaxText/configs/base.yml @ 09d2025b
-# assumed: one ICI domain (all dcn_* = 1); on several slices move data_parallel to dcn_data_parallelism
-# not expressed: qkv: Y-stationary dataflow and slice counts S = 4/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
-# not expressed: attn_out: X-stationary dataflow and slice counts S = 6/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
-# not expressed: ffn_up: Y-stationary dataflow and slice counts S = 6/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
-# not expressed: ffn_down: X-stationary dataflow and slice counts S = 6/6/6 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# not expressed: qkv: Y-stationary dataflow, transposed variant and slice counts S = 3/4/4 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# not expressed: attn_out: X-stationary dataflow, transposed variant and slice counts S = 4/6/4 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# not expressed: ffn_up: Y-stationary dataflow, transposed variant and slice counts S = 4/4/4 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
+# not expressed: ffn_down: X-stationary dataflow, transposed variant and slice counts S = 4/4/4 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
 # Collective matmul (XLA's windowed einsum) overlaps each GEMM with its
 # all-gather / reduce-scatter, as the plan's slice counts S > 1 do.
 # TPU (libtpu):
