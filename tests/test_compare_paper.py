@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module", params=["gpt3", "megatron-nlg"])
 def point_256(request):
-    inp = load_plan_input(REPO / "examples" / f"{request.param}.yaml")
+    inp = load_plan_input(REPO / "examples" / f"{request.param}.yaml").plan_input()
     return inp.model.name, compare_point(inp, 256, 128)
 
 

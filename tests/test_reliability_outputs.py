@@ -104,12 +104,12 @@ def test_pipeline_out_with_missing_timeline_folder_writes_nothing(tmp_path):
 
 
 def test_report_crash_leaves_no_json_written(tmp_path, monkeypatch):
-    import autotune.plan.report
+    import autotune.job.report
 
     def broken(*args, **kwargs):
         raise RuntimeError("renderer failed")
 
-    monkeypatch.setattr(autotune.plan.report, "render_plan", broken)
+    monkeypatch.setattr(autotune.job.report, "render_report", broken)
     out = tmp_path / "p.json"
     run = run_cli("plan", GPT3, "--out", str(out))
     assert run.exit_code == 3

@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    import autotune.plan.search as search
+    import autotune.job.plan as planner
 
     def slow_plan(*args, **kwargs):
         # an external solver stand-in: a child process that would outlive us
@@ -41,7 +41,7 @@ CHILD = textwrap.dedent(
         while True:
             time.sleep(0.01)
 
-    search.plan = slow_plan
+    planner.make_plan = slow_plan
     from autotune.cli import main
     main(["plan", "examples/gpt3.yaml", "--out", sys.argv[2]])
     """
