@@ -45,6 +45,12 @@ def ring_collective_terms(
         return zero, zero, zero
     steps = ring - 1 if ring.ndim == 0 else np.maximum(ring - 1, 0)
     shape = np.broadcast_shapes(shard.shape, ring.shape)
+    if not link.regimes and ring.ndim == 0:
+        # one ring of two or more chips (the common call): the same
+        # products as below, without broadcasting
+        launch = np.full(shape, link.launch_s)
+        sync = np.full(shape, steps * link.sync_s)
+        return launch, sync, np.asarray(steps * shard / link.link_bytes_per_s, dtype=float)
     moves = np.broadcast_to(steps > 0, shape)
     if not link.regimes:
         launch = np.where(moves, link.launch_s, 0.0)

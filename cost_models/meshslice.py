@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike
 
 from cost_models.collectives import ring_collective_terms
 from cost_models.compute import ComputeModel
-from cost_models.concurrency import concurrent_s
+from cost_models.concurrency import concurrent_s, resource_key
 from cost_models.divisors import divisors
 from cost_models.types import (
     Axis,
@@ -338,3 +338,56 @@ def meshslice_estimate(
         num_iterations=num_slices,
         calls=collective_calls(dataflow, m, n, k, mesh, num_slices, element_bytes, transposed),
     )
+
+
+def meshslice_lower_bound_s(
+    dataflow: Dataflow,
+    m: ArrayLike,
+    n: ArrayLike,
+    k: ArrayLike,
+    mesh: MeshShape,
+    element_bytes: float,
+    comm: CommModel,
+    compute: ComputeModel,
+    transposed: bool = False,
+) -> np.ndarray:
+    """Seconds no slice count of :func:`meshslice_times` beats, without
+    choosing one.
+
+    Formula (derived from the schedule of :func:`meshslice_times`)::
+
+        t >= max( 2 m n k / (Nr Nc) / rate_max,
+                  max over resources g of  sum_{calls c on g} (P_c - 1) shard_c / bw_c )
+
+    with `shard_c` a call's S = 1 shard in bytes, `bw_c` its link's fastest
+    bandwidth (over size regimes) and `rate_max = min(peak_flops_per_s *
+    max_efficiency, ceiling_flops_per_s)`. Derivation: every latency is
+    >= 0 and a resource's concurrent time is >= the bytes it carries over
+    its bandwidth (:func:`cost_models.concurrency.concurrent_s`), so with
+    `pre_g`, `post_g` the S = 1 transfer seconds on resource g the
+    prologue, steady iterations and epilogue take at least `pre_g / S`,
+    `(pre_g + post_g) / S` and `post_g / S`, which sum to `pre_g + post_g`
+    over the S iterations; and prologue + (S - 1) steady + epilogue >=
+    S gemm(S), which no efficiency below `max_efficiency` and no roofline
+    makes shorter than the FLOPs at `rate_max`. Seconds; dimensions in
+    elements, vectorised over `m`, `n`, `k`.
+    """
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    if transposed:
+        mesh, comm = mesh.transposed(), comm.swapped_axes()
+    it = _iteration(dataflow, m, n, k, mesh, element_bytes)  # type: ignore[arg-type]
+    carried: dict[str, np.ndarray] = {}
+    for op, axis, ring, shard in (*it.before, *it.after):
+        if ring <= 1:
+            continue
+        link = comm.link(op, axis)
+        bw = max((r.link_bytes_per_s for r in link.regimes), default=link.link_bytes_per_s)
+        key = resource_key(comm, axis)
+        carried[key] = carried.get(key, 0.0) + (ring - 1) * shard / bw
+    rate = compute.peak_flops_per_s * compute.max_efficiency
+    if compute.ceiling_flops_per_s is not None:
+        rate = min(rate, compute.ceiling_flops_per_s)
+    bound = 2.0 * m * n * k / mesh.num_chips / rate
+    for seconds in carried.values():
+        bound = np.maximum(bound, seconds)
+    return bound

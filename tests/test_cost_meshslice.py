@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,9 +17,11 @@ from cost_models import (
     ComputeModel,
     Dataflow,
     LinkParams,
+    LinkRegime,
     MeshShape,
     collective_calls,
     meshslice_estimate,
+    meshslice_lower_bound_s,
     meshslice_times,
     slice_count_violation,
     valid_slice_counts,
@@ -164,3 +167,60 @@ def test_time_is_at_least_compute_and_critical_path(dataflow, s, transposed):
     comm_total = t["launch_s"][0] + t["sync_s"][0] + t["transfer_s"][0]
     # the critical path never exceeds doing everything in sequence
     assert t["total_s"][0] <= t["compute_s"][0] + comm_total + 1e-12
+
+
+SHARED = CommModel(
+    {
+        (AG, Axis.ROW): LinkParams(
+            1e-6,
+            2e-6,
+            1e9,
+            regimes=(LinkRegime(4096.0, 5e-6, 1e-6, 3e9), LinkRegime(math.inf, 1e-6, 2e-6, 1e9)),
+        ),
+        (AG, Axis.COL): LinkParams(1e-6, 2e-6, 2e9),
+        (RDS, Axis.ROW): LinkParams(3e-6, 1e-6, 1e9),
+        (RDS, Axis.COL): LinkParams(3e-6, 1e-6, 4e9),
+    },
+    resources={Axis.ROW: "switch", Axis.COL: "switch"},
+)
+
+
+def test_lower_bound_hand_computed():
+    """OS, 256^3 on the 2 x 4 mesh: compute 2 * 256^3 / 8 / 1e11 = 41.94 us;
+    the column all-gather of A moves 3 * (128 * 64 * 2 B) at 2 GB/s =
+    24.58 us, the row all-gather of B 1 * (128 * 64 * 2 B) at 1 GB/s =
+    16.38 us, on separate links. A 100x faster chip leaves the column
+    gather; on one shared switch (SHARED, whose row link's fastest regime
+    is 3 GB/s) the two add: 24.58 + 16384 / 3e9 = 30.04 us."""
+    t = meshslice_lower_bound_s(Dataflow.OS, 256, 256, 256, MESH, E, COMM, COMPUTE)
+    assert float(t) == pytest.approx(2 * 256**3 / 8 / 1e11)
+    fast = ComputeModel(peak_flops_per_s=1e13)
+    t = meshslice_lower_bound_s(Dataflow.OS, 256, 256, 256, MESH, E, COMM, fast)
+    assert float(t) == pytest.approx(3 * 16384 / 2e9)
+    t = meshslice_lower_bound_s(Dataflow.OS, 256, 256, 256, MESH, E, SHARED, fast)
+    assert float(t) == pytest.approx(3 * 16384 / 2e9 + 16384 / 3e9)
+
+
+@given(
+    dataflow=st.sampled_from(list(Dataflow)),
+    mult=st.tuples(*(st.integers(1, 64) for _ in range(3))),
+    mesh=st.sampled_from([MESH, MeshShape(4, 2), MeshShape(1, 8), MeshShape(8, 8)]),
+    transposed=st.booleans(),
+    comm=st.sampled_from([COMM, SHARED]),
+    peak=st.sampled_from([1e11, 1e13, 1e15]),
+    slowdown=st.sampled_from([1.0, 1.2]),
+)
+def test_lower_bound_never_above_any_slice_count(
+    dataflow, mult, mesh, transposed, comm, peak, slowdown
+):
+    """meshslice_lower_bound_s at or below meshslice_times at every slice
+    count, on separate and on shared links, with size regimes, for compute-
+    and communication-bound shapes."""
+    m, n, k = (64 * x for x in mult)
+    compute = ComputeModel(peak_flops_per_s=peak, max_efficiency=0.8, m_half=64.0)
+    t = meshslice_times(
+        dataflow, m, n, k, mesh, [1, 2, 4, 8, 16], E, comm, compute, transposed, slowdown
+    )
+    bound = float(meshslice_lower_bound_s(dataflow, m, n, k, mesh, E, comm, compute, transposed))
+    assert bound > 0
+    assert np.all(bound <= t["total_s"] * (1 + 1e-12))
