@@ -59,12 +59,21 @@ class BalanceFigures:
 class Balanced:
     """The balancer's outcome: the assignment (layers per chunk and mode,
     `(pp v, 3)`) of its plan, whether the solver proved it within its gap,
-    and its own step prediction."""
+    whether the plan is the same on every run (no wall-clock stop cut a step
+    it comes from: a proved plan, or one the move-bounded heuristics found
+    when the solver could not prove in time), and its own step prediction."""
 
     counts: np.ndarray | None
     proved: bool
     status: str
     balancer_step_s: float | None
+    repeatable: bool = True
+
+    @property
+    def usable(self) -> bool:
+        """Whether the search may use the plan: it fits, and it does not
+        depend on the machine's speed."""
+        return self.counts is not None and (self.proved or self.repeatable)
 
 
 @contextmanager
@@ -120,12 +129,13 @@ def balance_candidate(f: BalanceFigures, modes: tuple[str, ...], time_limit_s: f
         result = balance(problem, settings)
     plan = result.plan
     status = result.solver.status
+    repeatable = result.solver.repeatable
     if plan is None or not plan.fits:
-        return Balanced(None, False, status, None)
+        return Balanced(None, False, status, None, repeatable)
     names = [o.name for o in problem.options]
     counts = np.zeros((f.pp * f.v, 3))
     for c, per_group in enumerate(plan.assignment.counts):
         for per_option in per_group:
             for o, k in enumerate(per_option):
                 counts[c, RECOMPUTE_MODES.index(names[o])] += k
-    return Balanced(counts, status == "optimal", status, plan.step_time_s)
+    return Balanced(counts, status == "optimal", status, plan.step_time_s, repeatable)

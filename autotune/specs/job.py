@@ -345,10 +345,12 @@ class Constraints(Spec):
         default=5, ge=1, le=1000, description="Alternatives reported. Range: 1 to 1000."
     )
     ilp_time_limit_s: float = Field(
-        default=10.0,
+        default=2.0,
         gt=0,
         le=3600,
-        description="Wall-time limit of one pipeline ILP solve, seconds. Range: above 0 to 3600.",
+        description="Wall-time limit of one pipeline balancer solve, seconds; when the solver "
+        "proves nothing in time, the balancer's own heuristic plan is used. Range: above 0 "
+        "to 3600.",
     )
 
 
