@@ -22,11 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from planning import pinned, write_plan
 
+from autotune.job.block import fc_lower_bounds
 from autotune.job.bounds import step_lower_bound
 from autotune.job.fc import FcBlock
 from autotune.job.hardware import hardware_view
 from autotune.job.model import (
     Candidates,
+    KeyFigures,
     block_seconds,
     chain_bound_s,
     even_split,
@@ -35,7 +37,7 @@ from autotune.job.model import (
     price,
 )
 from autotune.job.plan import make_plan, resolved_training
-from autotune.job.search import priced_candidates, search
+from autotune.job.search import bound_figures, priced_candidates, search
 from autotune.loading import load_plan_input
 from autotune.pipeline.assignment import Assignment
 from autotune.pipeline.problem import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
@@ -300,6 +302,32 @@ def test_step_bound_never_above_the_model(case, tmp_path):
             continue
         i = next(j for j in range(len(c)) if c.row(j) == {**e.config})
         assert bound[i] <= e.step_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_search_bounds_before_any_fc_pricing_never_above_the_model(case, tmp_path):
+    """search.bound_figures (block.fc_lower_bounds for the FC layers, the
+    ends without their vocabulary collectives) through price(exact=False)
+    and bounds.step_lower_bound: at or below the exact step of every
+    candidate, and each mesh's FC bound at or below its FC table entry."""
+    inp, hw = _setup(tmp_path, case)
+    c, figs, table = priced_candidates(inp, hw)
+    model, t = inp.model, inp.training
+    cheap = bound_figures(inp, hw, c, KeyFigures({}, {}, {}))
+    for key, entry in table.entries(list(cheap.blocks)).items():
+        rows, cols, mbs = key
+        low = fc_lower_bounds(model, t, hw, rows, cols, [mbs])[0]
+        assert low.forward_s <= entry.forward_s * (1 + 1e-12)
+        assert low.backward_s <= entry.backward_s * (1 + 1e-12)
+    p = price(c, figs, hw, t, model.num_layers, model.hidden_size)
+    even = price(c, cheap, hw, t, model.num_layers, model.hidden_size, exact=False)
+    assert np.all(even.step_s <= p.step_s * (1 + 1e-12))
+    a = gather_figures(c, cheap)
+    p2p = pipeline_send_s(c, cheap, hw, t, model.hidden_size)
+    bound = step_lower_bound(inp, c, a, p2p, hw.hbm_bytes_per_s)
+    assert np.all(bound <= p.step_s * (1 + 1e-12))
+    # the bound prunes: it is not trivially small
+    assert np.median(even.step_s / p.step_s) > 0.5
 
 
 def test_pinned_plan_equals_the_candidate_in_the_free_search(tmp_path):

@@ -57,9 +57,10 @@ def choices(request, tmp_path_factory):
         tmp = tmp_path_factory.mktemp("published")
         published = _published(tmp, run, CALIBRATION)
         training = {"global_batch_sequences": run["global_batch_sequences"], **ERA}
-        # A short balancer time limit keeps the test quick: a solve it cuts
-        # leaves its candidate at the even split, which only makes the
-        # choice slower, never the check easier.
+        # A short balancer time limit keeps the test quick: a solve that
+        # proves nothing in time leaves its candidate at the balancer's
+        # heuristic plan or the even split, which can only make the choice
+        # slower, never the check easier.
         chosen = plan_for(
             tmp,
             run["model"],

@@ -22,19 +22,24 @@ Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from autotune.errors import InputError
 from autotune.job.fc import FcBlock
 from autotune.job.hardware import HardwareView
+from autotune.plan.dataflow import GemmPass, Stationary, table1
+from autotune.plan.layers import block_fc_layers
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
 from autotune.specs.training import AttentionKernel, FcAlgorithm
-from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, ring_collective_s
+from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape, ring_collective_s
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
 from cost_models.elementwise import block_elementwise_ops, elementwise_s, loss_bytes_per_token
+from cost_models.meshslice import meshslice_lower_bound_s
 from cost_models.transformer_flops import (
     FLASH_BACKWARD_GEMMS,
     attention_core_forward_flops,
@@ -133,6 +138,79 @@ class EndFigures:
     tail_backward_s: float
     tail_params: float
     tail_transient_bytes: float
+
+
+def fc_lower_bounds(
+    model: ModelSpec,
+    training: TrainingInput,
+    hw: HardwareView,
+    rows: int,
+    cols: int,
+    sizes: Sequence[int],
+) -> list[FcBlock]:
+    """For each micro-batch size in `sizes`, a block's FC seconds no
+    dataflow choice or slice count on the `rows x cols` mesh beats, without
+    pricing any: per layer, the least over its layer options (every
+    stationary matrix, plain and transposed; Table 1) of the forward GEMM's
+    and of the two backward GEMMs' cost_models.meshslice_lower_bound_s (the
+    FLOPs at the highest GEMM rate, or the bytes the busiest link must
+    carry, whichever is longer); transposes and exposed collectives only
+    add. Under Megatron 1D, or when the calibration cannot price the mesh,
+    the FLOPs alone: `2 T I O / t` per GEMM at the highest rate. No
+    buffers."""
+    ctx = None
+    if training.fc_algorithm is FcAlgorithm.MESHSLICE:
+        try:
+            ctx = hw.tensor_context(MeshShape(rows, cols))
+        except InputError:
+            ctx = None
+    if ctx is None:
+        g = hw.gemm
+        rate = g.peak_flops_per_s * g.max_efficiency
+        if g.ceiling_flops_per_s is not None:
+            rate = min(rate, g.ceiling_flops_per_s)
+        out = []
+        for mbs in sizes:
+            layers = block_fc_layers(model, mbs * training.sequence_length)
+            flops = sum(2.0 * x.tokens * x.in_features * x.out_features for x in layers)
+            forward = flops / (rows * cols) / rate
+            out.append(FcBlock(forward, 2.0 * forward, 0.0, 0.0))
+        return out
+    mesh = MeshShape(rows, cols)
+    # one layer list with every size's token count side by side (Table 1
+    # only rearranges the sizes, so its shapes carry the arrays through)
+    tokens = np.asarray(sizes, dtype=float) * training.sequence_length
+    forward = np.zeros(len(sizes))
+    backward = np.zeros(len(sizes))
+    for layer in block_fc_layers(model, tokens):  # type: ignore[arg-type]
+        best_f = np.full(len(sizes), np.inf)
+        best_b = np.full(len(sizes), np.inf)
+        for st in Stationary:
+            for transposed in (False, True):
+                f = np.zeros(len(sizes))
+                b = np.zeros(len(sizes))
+                for shape in table1(layer, st, transposed):
+                    t = meshslice_lower_bound_s(
+                        shape.dataflow,
+                        shape.m,
+                        shape.n,
+                        shape.k,
+                        mesh,
+                        ctx.element_bytes,
+                        ctx.comm,
+                        ctx.compute,
+                        transposed,
+                    )
+                    if shape.gemm_pass is GemmPass.FORWARD:
+                        f = f + t
+                    else:
+                        b = b + t
+                best_f, best_b = np.minimum(best_f, f), np.minimum(best_b, b)
+        forward += best_f
+        backward += best_b
+    return [
+        FcBlock(float(fw), float(bw), 0.0, 0.0) for fw, bw in zip(forward, backward, strict=True)
+    ]
 
 
 def sequence_parallel(training: TrainingInput) -> bool:
@@ -251,7 +329,7 @@ def end_figures(
     model: ModelSpec,
     training: TrainingInput,
     hw: HardwareView,
-    comm: CommModel,
+    comm: CommModel | None,
     rows: int,
     cols: int,
     mbs: int,
@@ -269,7 +347,8 @@ def end_figures(
     - tail: final norm, all-gather of its output, the `T x h x V/ring`
       logits GEMMs (logits_gemm_s), the gradient reduce-scatter, and the
       fp32 cross-entropy over the logits (loss_bytes_per_token).
-    Without a vocabulary size both are zero."""
+    Without a vocabulary size both are zero; without `comm` the vocabulary
+    ring's collectives are left out (a lower bound)."""
     v, h, e = model.vocab_size, model.hidden_size, training.dtype.num_bytes
     if v is None:
         return EndFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -281,7 +360,7 @@ def end_figures(
     bw = hw.hbm_bytes_per_s
     learned = model.position_encoding is PositionEncoding.LEARNED
     link_comm = 0.0
-    if ring > 1:
+    if ring > 1 and comm is not None:
         shard = n * h * e / ring
         rs = float(ring_collective_s(comm.link(CollectiveOp.REDUCE_SCATTER, Axis.COL), ring, shard))
         ag = float(ring_collective_s(comm.link(CollectiveOp.ALL_GATHER, Axis.COL), ring, shard))

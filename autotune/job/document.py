@@ -213,6 +213,7 @@ def to_document(plan: Plan) -> PlanDocument:
             pruned_by_memory_bound=outcome.num_pruned_by_memory_bound,
             refused_by_fc_planner=outcome.num_refused_by_fc,
             priced=outcome.num_priced,
+            pruned_by_step_bound=outcome.num_pruned_by_step_bound,
             fit=outcome.num_fit,
             balanced_by_ilp=outcome.num_balanced,
             ilp_unproved=outcome.num_balancer_unproved,

@@ -260,7 +260,9 @@ def price(
     and recomputation mode (a balanced plan); otherwise the even split with
     the candidate's one mode. `detail` keeps each candidate's StageDetail.
     With `exact` False, steps are lower bounds (chain_bound_s for the
-    replay) and memory is not computed."""
+    replay, exposed data-parallel traffic bounded as in _data_parallel:
+    valid for any figures at or below the true ones, job/bounds.py) and
+    memory is not computed."""
     n = len(c)
     a = gather_figures(c, figs)
     p2p = pipeline_send_s(c, figs, hw, training, hidden)
@@ -333,10 +335,11 @@ def _price_group(
 ) -> dict:
     """The step of candidates sharing (pp, v) and, when `exact`, the
     micro-batch count `m` (one schedule graph). With `exact` False the
-    makespan is :func:`chain_bound_s` instead of the replay, and memory is
-    not computed (`peak` is 0): a lower bound of the exact step, cheap."""
+    makespan is :func:`chain_bound_s` instead of the replay, exposed
+    data-parallel traffic is bounded (_data_parallel) and memory is not
+    computed (`peak` is 0): a lower bound of the exact step, cheap."""
     g = {k: x[members] for k, x in a.items()}
-    k_count, num = len(members), pp * v
+    k_count = len(members)
     p2p = p2p_all[members] if pp > 1 else np.zeros(k_count)
     zero = c.zero[members]
     e = training.dtype.num_bytes
@@ -345,12 +348,12 @@ def _price_group(
     layers = counts.sum(axis=2)  # (K, num)
     # per chunk and micro-batch: blocks, recomputation, ends, send-recv
     fwd = layers * f_blk[:, None]
-    bwd = layers * b_blk[:, None] + np.einsum("kcm,km->kc", counts, g["rec"])
+    bwd = layers * b_blk[:, None] + (counts * g["rec"][:, None, :]).sum(axis=2)
     fwd[:, 0] += g["head_f"]
     bwd[:, 0] += g["head_b"]
     fwd[:, -1] += g["tail_f"]
     bwd[:, -1] += g["tail_b"]
-    act = np.einsum("kcm,km->kc", counts, g["act"])
+    act = (counts * g["act"][:, None, :]).sum(axis=2)
     m = m_arr.astype(float)
     if pp == 1:
         makespan = m * (fwd[:, 0] + bwd[:, 0])
@@ -361,15 +364,16 @@ def _price_group(
         durations = np.concatenate([fwd + p2p[:, None], bwd + p2p[:, None]], axis=1)
         makespan = makespans_s(graph, durations)
 
-    stage_of = np.arange(num) % pp
-    on = np.zeros((num, pp))
-    on[np.arange(num), stage_of] = 1.0
-    stage_layers = layers @ on  # (K, pp)
-    stage_fwd = fwd @ on  # one micro-batch's compute on the stage, no send-recv
-    stage_bwd = bwd @ on
+    def per_stage(x: np.ndarray) -> np.ndarray:
+        # chunk c = j pp + s runs on stage s: sum the v rounds
+        return x.reshape(k_count, v, pp, *x.shape[2:]).sum(axis=1)
+
+    stage_layers = per_stage(layers)  # (K, pp)
+    stage_fwd = per_stage(fwd)  # one micro-batch's compute on the stage, no send-recv
+    stage_bwd = per_stage(bwd)
     chunks_per_stage = float(v)
     busy = m[:, None] * (stage_fwd + stage_bwd + (2 * chunks_per_stage * p2p)[:, None])
-    stage_mode = np.einsum("kcm,cs->ksm", counts, on)  # (K, pp, 3)
+    stage_mode = per_stage(counts)  # (K, pp, 3)
 
     # memory: parameters and their state, activations alive, buffers
     params = stage_layers * g["params"][:, None]
@@ -388,11 +392,17 @@ def _price_group(
     total = weights + grads + optim + alive + buffers + hw.workspace_bytes + hw.reserve_bytes
 
     # data parallelism and the optimizer, per stage
-    dp_comm, dp_exposed = _data_parallel(
+    dp_comm, dp_exposed, dp_floor = _data_parallel(
         members, c, figs, hw, training, params, stage_fwd, stage_bwd, m, zero, e, grad_e
     )
     owned = params / np.where(zero >= 1, d, 1.0)[:, None]
     opt_s = owned * adam_step_bytes_per_param(e, grad_e) / hw.hbm_bytes_per_s
+    if not exact:
+        # the exposed part shrinks as the windows grow, so lower-bound
+        # windows would overstate it; instead (_data_parallel) every window
+        # is at most the makespan, so makespan + exposed >= the stage's
+        # collectives, and the first bucket is exposed whatever the windows
+        dp_exposed = np.maximum(dp_floor, dp_comm - makespan[:, None])
     tail = dp_exposed + opt_s
     top = tail == tail.max(axis=1, keepdims=True)
     stage = np.argmax(np.where(top, busy, -np.inf), axis=1)
@@ -497,10 +507,17 @@ def _data_parallel(
     e: int,
     grad_e: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(all data-parallel collective seconds, the part not hidden), per
-    candidate and stage (module docstring)."""
+    """(all data-parallel collective seconds, the part not hidden, the part
+    no window hides), per candidate and stage (module docstring).
+
+    Every window is one stage's forward and/or backward work (at most its
+    busy time, so at most the makespan), and the exposed part is at least
+    the collectives minus the window and at least the first bucket: so
+    `makespan + exposed >= max(comm, makespan + floor)` for any windows,
+    which is what price(exact=False) uses."""
     comm = np.zeros_like(params)
     exposed = np.zeros_like(params)
+    floor = np.zeros_like(params)
     sub = Candidates(*(getattr(c, col)[members] for col in COLUMNS))
     for key, local in _by(sub, ("rows", "cols", "dp", "pp")).items():
         if key[2] == 1:
@@ -520,16 +537,26 @@ def _data_parallel(
         ag = np.where(z == 0, grad_ag, np.where(z == 3, 2 * m * param_ag, param_ag))
         total = rs + ag
         if not training.overlap_data_parallel:
-            hidden_not = total
+            hidden_not = least = total
         else:
             fwd, bwd = stage_fwd[local], stage_bwd[local]
             z0 = _exposed(total, bwd, 2 * bucket)
             z12 = _exposed(rs, bwd, bucket) + _exposed(ag, fwd, bucket)
             z3 = _exposed(total, m * (fwd + bwd), bucket)
             hidden_not = np.where(z == 0, z0, np.where(z == 3, z3, z12))
+            least = np.where(
+                z == 0,
+                np.minimum(2 * bucket, total),
+                np.where(
+                    z == 3,
+                    np.minimum(bucket, total),
+                    np.minimum(bucket, rs) + np.minimum(bucket, ag),
+                ),
+            )
         comm[local] = total
         exposed[local] = hidden_not
-    return comm, exposed
+        floor[local] = least
+    return comm, exposed, floor
 
 
 def _exposed(comm_s: np.ndarray, window_s: np.ndarray, bucket_s: float) -> np.ndarray:

@@ -235,11 +235,12 @@ def _better(inp: JobInput, hw: HardwareView, table: FcTable, winner: Evaluated) 
     if not inp.training.pinned_degrees:
         return None
     free = _free_input(inp)
-    outcome = search(free, hw, balance_layers=False, table=table)
+    below_s = winner.step_s * (1 - BETTER_BY)
+    outcome = search(free, hw, balance_layers=False, table=table, keep=1, below_s=below_s)
     if not outcome.ranked:
         return None
     best = outcome.ranked[0]
-    if best.step_s >= winner.step_s * (1 - BETTER_BY):
+    if best.step_s >= below_s:
         return None
     return Better(
         best.config, best.recompute, best.step_s, best.peak_bytes, winner.step_s / best.step_s
@@ -376,8 +377,10 @@ def _closest(inp: JobInput, hw: HardwareView, outcome: SearchOutcome) -> Evaluat
     (its report names the stage and the shortfall): among those priced, or,
     when the memory bound pruned them all, the one with the smallest bound
     whose mesh can run the block."""
-    c = outcome.candidates
     figs = outcome.figures
+    c = outcome.candidates
+    keys = zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True)
+    c = c.take(np.flatnonzero([k in figs.blocks for k in keys]))  # the FC planner runs them
     if len(c) == 0:
         everything = outcome.enumerated
         if everything is None or len(everything) == 0:

@@ -6,18 +6,28 @@ way through"). A fully pinned file is a search over one configuration.
    (candidates.py), with the reason for every refused degree.
 2. Prune by a memory lower bound (bounds.py): no layer split or
    recomputation mix fits a candidate above it, so nothing is lost.
-3. Price the FC layers of every (mesh, micro-batch) left (fc.py; a mesh
-   that cannot shard the block is refused with the FC planner's reason).
-4. Price exactly with the step model (model.py): every single-stage
-   candidate, then the pipelined ones in order of a step lower bound
-   (bounds.py) until the bound of the next is above the `top_n + 1`-th
-   best step that fits: those left cannot enter the report.
+3. Bound every candidate's step without pricing an FC layer
+   (`bound_figures`): the FC layers at block.fc_lower_bounds (per layer the
+   least over its dataflows of the FLOPs at the highest GEMM rate or the
+   bytes its busiest link carries), the ends without their vocabulary
+   collectives, the rest exact; through the step model with the chain
+   bound for the replay (the even split's bound) and through bounds.py
+   (any layer split and recomputation mix).
+4. Price exactly with the step model (model.py) in order of the even
+   split's bound, pricing the FC layers of a (mesh, micro-batch) the first
+   time a candidate needs them (fc.py; a mesh that cannot shard the block
+   is refused with the FC planner's reason), until the bound of the next is
+   above the `keep`-th best step that fits (`top_n + 1` by default): those
+   left cannot enter the report.
 5. Balance the layers with the pipeline ILP (layer_split: balanced): first
    the `finalists` best pipelined configurations, then any other whose
-   bound is below the best step found, until none is left (the plan is then
+   step-3 bound is below the best step found, until none is left (the plan is then
    proved best under the model) or the budget (as many solves again as
    finalists) is spent. A balanced plan is priced by the step model and
-   replaces its configuration when the solver proved it and it is faster.
+   replaces its configuration when it is faster and does not depend on the
+   machine's speed: proved within the solver's gap, or found by the
+   balancer's move-bounded heuristics when the solver could not prove
+   anything within `ilp_time_limit_s` (never a plan the clock cut).
 6. Rank by step; steps equal within a relative 1e-9 go to the canonical
    order (candidates.canonical_order). With recomputation searched and a
    balanced pipeline winning, the balancer may mix the winner's mode with
@@ -34,7 +44,7 @@ import numpy as np
 from autotune.errors import InputError
 from autotune.hardware.layout import Layout
 from autotune.job.balance_adapter import Balanced, BalanceFigures, balance_candidate
-from autotune.job.block import block_figures, end_figures
+from autotune.job.block import block_figures, end_figures, fc_lower_bounds
 from autotune.job.bounds import memory_lower_bound, state_bytes_per_param, step_lower_bound
 from autotune.job.candidates import Refusals, enumerate_candidates
 from autotune.job.fc import FcBlock, FcTable
@@ -53,7 +63,7 @@ from autotune.specs.plan_input import DataflowPolicy
 from cost_models import MeshShape
 
 TIE_RELATIVE = 1e-9
-BATCH = 64  # pipelined candidates priced per round of step 4
+BATCH = 64  # candidates priced in step 4's first round; each next round doubles
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,8 @@ class SearchOutcome:
     num_pruned_by_memory_bound: int
     num_refused_by_fc: int
     num_priced: int
+    #: neither priced nor refused: their step bound could not beat the kept ones
+    num_pruned_by_step_bound: int
     num_fit: int
     num_balanced: int
     num_balancer_unproved: int
@@ -253,11 +265,12 @@ def _balanced_evaluation(
     modes: tuple[str, ...],
     time_limit_s: float,
 ) -> tuple[Balanced, Evaluated | None]:
-    """Balance candidate `pick` with `modes`; its step-model evaluation
-    when the solver proved a plan that fits."""
+    """Balance candidate `pick` with `modes`; its step-model evaluation when
+    the balancer's plan fits and does not depend on the machine's speed
+    (proved, or found by its move-bounded heuristics)."""
     f = _balance_figures(inp, hw, c, figs, pick)
     outcome = balance_candidate(f, modes, time_limit_s)
-    if outcome.counts is None or not outcome.proved:
+    if not outcome.usable:
         return outcome, None
     one = c.take(np.array([pick]))
     model = inp.model
@@ -313,6 +326,32 @@ def _config_key(c: Candidates, i: int, recompute_searched: bool) -> tuple[int, .
     return (*row, -1 if recompute_searched else int(c.recompute[i]))
 
 
+def bound_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigures) -> KeyFigures:
+    """Figures at or below the step model's for every candidate, without
+    pricing any FC layer: the FC lower bound of block.fc_lower_bounds, the
+    ends without their vocabulary collectives, everything else exact."""
+    t, model = inp.training, inp.model
+    out = KeyFigures({}, {}, figs.layouts)
+    sizes: dict[tuple[int, int], list[int]] = {}
+    for rows, cols, mbs in dict.fromkeys(
+        zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True)
+    ):
+        sizes.setdefault((rows, cols), []).append(mbs)
+    for (rows, cols), mesh_sizes in sizes.items():
+        blocks = fc_lower_bounds(model, t, hw, rows, cols, mesh_sizes)
+        for mbs, fc in zip(mesh_sizes, blocks, strict=True):
+            out.blocks[(rows, cols, mbs)] = block_figures(model, t, hw, fc, rows * cols, mbs)
+            out.ends[(rows, cols, mbs)] = end_figures(model, t, hw, None, rows, cols, mbs)
+    for rows, cols, dp, pp in dict.fromkeys(
+        zip(c.rows.tolist(), c.cols.tolist(), c.dp.tolist(), c.pp.tolist(), strict=True)
+    ):
+        if (rows, cols, dp, pp) not in out.layouts:
+            layout = hw.layout(MeshShape(rows, cols), dp, pp)
+            assert isinstance(layout, Layout)
+            out.layouts[(rows, cols, dp, pp)] = layout
+    return out
+
+
 def search(
     inp: JobInput,
     hw: HardwareView,
@@ -322,44 +361,65 @@ def search(
     balance_layers: bool | None = None,
     table: FcTable | None = None,
     max_extra_solves: int | None = None,
+    keep: int | None = None,
+    below_s: float = np.inf,
 ) -> SearchOutcome:
     """Run steps 1-6 of the module docstring. `balance_layers` (default:
     the training's `layer_split`) turns the pipeline ILP on or off;
-    `table` reuses another search's FC prices."""
+    `table` reuses another search's FC prices; `keep` (default `top_n + 1`)
+    is how many of the best configurations step 4 prices exactly, and
+    `below_s` skips every configuration no faster than it (the free search
+    behind a pinned plan's hint looks only for one that beats it)."""
     t0 = time.perf_counter()
     lim = constraints or inp.constraints
     t = inp.training
     policy = policy or inp.search.dataflow
     if balance_layers is None:
         balance_layers = t.layer_split is LayerSplit.BALANCED
+    keep = keep or lim.top_n + 1
     refusals = Refusals()
     everything = enumerate_candidates(inp, hw, refusals, lim)
     searched_rc = t.pinned("recompute") is None
     per_stage = hw.workspace_bytes + hw.reserve_bytes
     mem_bound = memory_lower_bound(inp, everything, per_stage, searched_rc)
-    keep = mem_bound <= hw.hbm_bytes
-    c = everything.take(np.flatnonzero(keep))
-    order = np.flatnonzero(keep)
+    kept = mem_bound <= hw.hbm_bytes
+    c = everything.take(np.flatnonzero(kept))
+    order = np.flatnonzero(kept)
     table = table or FcTable(inp, hw, policy)
-    errors: list[InputError] = []
-    ok = _fc_feasible(c, table, refusals, errors)
-    num_refused_by_fc = int((~ok).sum())
-    c, order = c.take(np.flatnonzero(ok)), order[ok]
     figs = KeyFigures({}, {}, {})
-    key_figures(inp, hw, table, c, figs)
     n = len(c)
     model = inp.model
+    cheap = bound_figures(inp, hw, c, figs)
 
-    arrays = gather_figures(c, figs) if n else {}
-    p2p = pipeline_send_s(c, figs, hw, t, model.hidden_size) if n else np.zeros(0)
-    # split-independent: no layer split or recomputation mix beats it (step 5)
+    # lower bounds from the cheap figures: of the even split (step 4) and of
+    # any layer split and recomputation mix (step 5)
+    arrays = gather_figures(c, cheap) if n else {}
+    p2p = pipeline_send_s(c, cheap, hw, t, model.hidden_size) if n else np.zeros(0)
     bound = step_lower_bound(inp, c, arrays, p2p, hw.hbm_bytes_per_s) if n else np.zeros(0)
+    even_bound = np.zeros(n)
+    if n:
+        even_bound = price(c, cheap, hw, t, model.num_layers, model.hidden_size, exact=False).step_s
+    usable = np.ones(n, dtype=bool)  # False once the FC planner refuses the mesh
+    fc_known = np.zeros(n, dtype=bool)
     priced_mask = np.zeros(n, dtype=bool)
     step = np.full(n, np.inf)
     fits = np.zeros(n, dtype=bool)
     priced_rows: dict[int, tuple[Priced, int]] = {}
 
+    def ensure_fc(rows: np.ndarray) -> np.ndarray:
+        """Price the FC layers of `rows`' keys; the rows the planner can run."""
+        todo = rows[~fc_known[rows]]
+        if todo.size:
+            sub = c.take(todo)
+            ok = _fc_feasible(sub, table, refusals, [])
+            usable[todo[~ok]] = False
+            fc_known[todo] = True
+            key_figures(inp, hw, table, sub.take(np.flatnonzero(ok)), figs)
+        return rows[usable[rows]]
+
     def run(rows: np.ndarray) -> None:
+        rows = ensure_fc(rows)
+        rows = rows[~priced_mask[rows]]
         if not rows.size:
             return
         sub = c.take(rows)
@@ -372,28 +432,21 @@ def search(
 
     def threshold() -> float:
         good = np.sort(step[fits])
-        k = lim.top_n + 1
-        return float(good[k - 1]) * (1 + TIE_RELATIVE) if good.size >= k else np.inf
+        limit = float(good[keep - 1]) * (1 + TIE_RELATIVE) if good.size >= keep else np.inf
+        return min(limit, below_s)
 
-    run(np.flatnonzero(c.pp == 1))
-    piped = np.flatnonzero(c.pp > 1)
-    # the even split's own bound (model.chain_bound_s): tighter, for step 4
-    even_bound = np.full(n, np.inf)
-    if piped.size:
-        sub = c.take(piped)
-        even_bound[piped] = price(
-            sub, figs, hw, t, model.num_layers, model.hidden_size, exact=False
-        ).step_s
-    piped = piped[np.argsort(even_bound[piped], kind="stable")]
-    pos = 0
-    while pos < piped.size:
+    # step 4: exact prices in order of the even split's bound, until the
+    # next bound is above the keep-th best step that fits
+    ranked_rows = np.argsort(even_bound, kind="stable")
+    pos, size = 0, BATCH
+    while pos < ranked_rows.size:
         limit = threshold()
-        if even_bound[piped[pos]] > limit:
+        if even_bound[ranked_rows[pos]] > limit:
             break
-        batch = piped[pos : pos + BATCH]
-        batch = batch[even_bound[batch] <= limit]
-        run(batch)
-        pos += BATCH
+        batch = ranked_rows[pos : pos + size]
+        run(batch[even_bound[batch] <= limit])
+        pos += size
+        size *= 2
 
     evaluated: dict[int, Evaluated] = {}
     for i, (p, j) in priced_rows.items():
@@ -404,7 +457,7 @@ def search(
     proved = True
     keys: dict[tuple, list[int]] = {}
     if balance_layers and np.any(c.pp > 1):
-        for i in np.flatnonzero(c.pp > 1).tolist():
+        for i in np.flatnonzero((c.pp > 1) & usable & (bound < below_s)).tolist():
             keys.setdefault(_config_key(c, i, searched_rc), []).append(i)
         key_bound = {k: min(float(bound[i]) for i in rows) for k, rows in keys.items()}
         solved: set[tuple] = set()
@@ -415,12 +468,15 @@ def search(
 
         def balance_key(key: tuple) -> None:
             nonlocal num_balanced, unproved
-            rows = keys[key]
-            missing = np.array([i for i in rows if not priced_mask[i]], dtype=np.int64)
+            missing = np.array([i for i in keys[key] if not priced_mask[i]], dtype=np.int64)
             run(missing)
             for i in missing.tolist():
-                p, j = priced_rows[i]
-                evaluated[i] = _evaluated(c.row(i), p, j, int(order[i]))
+                if i in priced_rows:
+                    p, j = priced_rows[i]
+                    evaluated[i] = _evaluated(c.row(i), p, j, int(order[i]))
+            rows = [i for i in keys[key] if priced_mask[i]]
+            if not rows:
+                return  # the FC planner cannot run this mesh at this micro-batch
             modes = _balancer_modes(c, rows, priced_rows, not searched_rc, mix=False)
             pick = next(i for i in rows if RECOMPUTE_MODES[int(c.recompute[i])] in modes)
             outcome, e = _balanced_evaluation(
@@ -474,9 +530,10 @@ def search(
         ranked=ranked,
         memory_excluded=excluded[:5],
         num_candidates=len(everything),
-        num_pruned_by_memory_bound=int((~keep).sum()),
-        num_refused_by_fc=num_refused_by_fc,
+        num_pruned_by_memory_bound=int((~kept).sum()),
+        num_refused_by_fc=int((fc_known & ~usable).sum()),
         num_priced=int(priced_mask.sum()),
+        num_pruned_by_step_bound=int((~fc_known).sum()),
         num_fit=int(fits.sum()),
         num_balanced=num_balanced,
         num_balancer_unproved=unproved,

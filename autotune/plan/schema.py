@@ -400,6 +400,9 @@ class SearchDoc(_Doc):
     pruned_by_memory_bound: int
     refused_by_fc_planner: int
     priced: int = Field(description="Priced exactly by the step model.")
+    pruned_by_step_bound: int = Field(
+        description="Left unpriced: their step lower bound could not beat the kept ones."
+    )
     fit: int
     balanced_by_ilp: int
     ilp_unproved: int = Field(description="Balancer solves that proved no plan in time.")
