@@ -17,13 +17,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from autotune.specs.base import MAX_CHIPS, MAX_COUNT, MAX_GIB, MAX_LAYERS, Spec
+from autotune.specs.base import MAX_CHIPS, MAX_COUNT, MAX_LAYERS, Spec
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import PlanInput, SearchSpec
-from autotune.specs.training import AttentionKernel, DType, FcAlgorithm, Recompute, TrainingSpec
+from autotune.specs.training import (
+    FcAlgorithm,
+    Recompute,
+    StepSettings,
+    TrainingSpec,
+)
 
 Auto = Literal["auto"]
 Chips = Annotated[int, Field(gt=0, le=MAX_CHIPS)]
@@ -57,17 +62,10 @@ class LayerSplit(str, Enum):
     EVEN = "even"
 
 
-class TrainingInput(Spec):
+class TrainingInput(StepSettings):
     """The training step and how the chips divide it. A degree given as a
     number is pinned; `auto` or leaving it out lets the planner search it."""
 
-    global_batch_sequences: int = Field(
-        gt=0, le=MAX_COUNT, description="Sequences per training step. Range: 1 to 2^24."
-    )
-    sequence_length: int = Field(
-        gt=0, le=MAX_COUNT, description="Tokens per sequence. Range: 1 to 2^24."
-    )
-    dtype: DType = Field(default=DType.BF16, strict=False, description="bf16, fp16, fp32 or fp8.")
     data_parallel: Chips | Auto | None = Field(
         default=None,
         description="Data-parallel replicas: a number, auto or left out (searched). "
@@ -119,51 +117,6 @@ class TrainingInput(Spec):
         strict=False,
         description="balanced: the pipeline balancer cuts layers and recomputation per stage "
         "(never slower than the even split); even: Megatron-LM's even split.",
-    )
-    attention: AttentionKernel = Field(
-        default=AttentionKernel.FLASH, strict=False, description="flash or unfused."
-    )
-    fc_algorithm: FcAlgorithm = Field(
-        default=FcAlgorithm.MESHSLICE,
-        strict=False,
-        description="meshslice (sliced collectives on any tensor mesh, 1 x N included) or "
-        "megatron-1d (Megatron-LM's blocking 1D tensor parallelism: 1 x N meshes only).",
-    )
-    sequence_parallel: bool = Field(
-        default=True,
-        description="megatron-1d only: norms, dropout and residuals split over the sequence "
-        "(Korthikanti et al. 2022); meshslice always splits every activation.",
-    )
-    dropout: bool = Field(
-        default=False, description="Dropout after attention and projections (GPT-3 style)."
-    )
-    fp32_gradients: bool = Field(
-        default=False,
-        description="Keep and reduce gradients in fp32 (Megatron-LM main grads) instead of dtype.",
-    )
-    overlap_tensor_backward: bool = Field(
-        default=False,
-        description="megatron-1d only: Megatron-LM's asynchronous tensor-parallel all-reduce "
-        "(a column-parallel layer's backward collectives beside the other backward GEMM, "
-        "Korthikanti et al. 2022 section 6.2); false runs every collective blocking.",
-    )
-    overlap_data_parallel: bool = Field(
-        default=True,
-        description="Overlap gradient reduction with the backward pass (and weight gathers "
-        "with compute); false runs them after the backward, as Megatron-LM's local DDP did.",
-    )
-    workspace_gib: float = Field(
-        default=1.0,
-        ge=0,
-        le=MAX_GIB,
-        description="Per-chip memory the framework holds besides tensors (runtime context, "
-        "GEMM and collective workspaces), GiB. Range: 0 to 2^20.",
-    )
-    memory_reserve_fraction: float = Field(
-        default=0.05,
-        ge=0,
-        lt=1,
-        description="Fraction of HBM kept free for allocator fragmentation. Range: 0 to below 1.",
     )
 
     @model_validator(mode="before")

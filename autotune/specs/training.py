@@ -49,9 +49,10 @@ class FcAlgorithm(str, Enum):
     MEGATRON_1D = "megatron-1d"
 
 
-class TrainingSpec(Spec):
-    """Per-step work and how the chips divide it: data-parallel replicas,
-    pipeline stages, micro-batches, recomputation, ZeRO stage."""
+class StepSettings(Spec):
+    """What one training step runs and how, apart from how the chips divide
+    it: the fields the plan file's training section (specs/job.py
+    TrainingInput) and the resolved TrainingSpec share."""
 
     global_batch_sequences: int = Field(
         gt=0, le=MAX_COUNT, description="Sequences per training step. Range: 1 to 2^24."
@@ -60,48 +61,14 @@ class TrainingSpec(Spec):
         gt=0, le=MAX_COUNT, description="Tokens per sequence. Range: 1 to 2^24."
     )
     dtype: DType = Field(default=DType.BF16, strict=False, description="bf16, fp16, fp32 or fp8.")
-    data_parallel: int = Field(
-        default=1, gt=0, le=MAX_CHIPS, description="Data-parallel replicas. Range: 1 to 2^24."
-    )
-    pipeline_parallel: int = Field(
-        default=1, gt=0, le=MAX_CHIPS, description="Pipeline stages. Range: 1 to 2^24."
-    )
-    micro_batches: int | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_COUNT,
-        description="Micro-batches per step and replica; omitted means derived from "
-        "micro_batch_size, or 1. Range: 1 to 2^24.",
-    )
-    micro_batch_size: int | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_COUNT,
-        description="Sequences per micro-batch (alternative to micro_batches). Range: 1 to 2^24.",
-    )
-    interleave: int = Field(
-        default=1,
-        gt=0,
-        le=MAX_LAYERS,
-        description="Model chunks per pipeline stage (interleaved 1F1B); 1 means plain 1F1B. "
-        "Range: 1 to 100,000.",
-    )
-    recompute: Recompute = Field(
-        default=Recompute.NONE, strict=False, description="none, selective or full."
-    )
-    zero_stage: int = Field(
-        default=0,
-        ge=0,
-        le=3,
-        description="ZeRO stage 0-3 over the data-parallel replicas. Range: 0 to 3.",
-    )
     attention: AttentionKernel = Field(
         default=AttentionKernel.FLASH, strict=False, description="flash or unfused."
     )
     fc_algorithm: FcAlgorithm = Field(
         default=FcAlgorithm.MESHSLICE,
         strict=False,
-        description="meshslice (2D, the planned mesh) or megatron-1d (1D TP on all TP chips).",
+        description="meshslice (sliced collectives on any tensor mesh, 1 x N included) or "
+        "megatron-1d (Megatron-LM's blocking 1D tensor parallelism: 1 x N meshes only).",
     )
     sequence_parallel: bool = Field(
         default=True,
@@ -140,6 +107,47 @@ class TrainingSpec(Spec):
         ge=0,
         lt=1,
         description="Fraction of HBM kept free for allocator fragmentation. Range: 0 to below 1.",
+    )
+
+
+class TrainingSpec(StepSettings):
+    """Per-step work and how the chips divide it: data-parallel replicas,
+    pipeline stages, micro-batches, recomputation, ZeRO stage."""
+
+    data_parallel: int = Field(
+        default=1, gt=0, le=MAX_CHIPS, description="Data-parallel replicas. Range: 1 to 2^24."
+    )
+    pipeline_parallel: int = Field(
+        default=1, gt=0, le=MAX_CHIPS, description="Pipeline stages. Range: 1 to 2^24."
+    )
+    micro_batches: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_COUNT,
+        description="Micro-batches per step and replica; omitted means derived from "
+        "micro_batch_size, or 1. Range: 1 to 2^24.",
+    )
+    micro_batch_size: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_COUNT,
+        description="Sequences per micro-batch (alternative to micro_batches). Range: 1 to 2^24.",
+    )
+    interleave: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_LAYERS,
+        description="Model chunks per pipeline stage (interleaved 1F1B); 1 means plain 1F1B. "
+        "Range: 1 to 100,000.",
+    )
+    recompute: Recompute = Field(
+        default=Recompute.NONE, strict=False, description="none, selective or full."
+    )
+    zero_stage: int = Field(
+        default=0,
+        ge=0,
+        le=3,
+        description="ZeRO stage 0-3 over the data-parallel replicas. Range: 0 to 3.",
     )
 
     @model_validator(mode="after")
