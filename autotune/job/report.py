@@ -127,7 +127,8 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
     console.print(
         f"Search: {s.num_candidates} configurations, {s.num_pruned_by_memory_bound} pruned by the "
         f"memory bound, {s.num_refused_by_fc} refused by the FC planner, {s.num_priced} priced by "
-        f"the step model ({s.num_pruned_by_step_bound} left to the step bound), {s.num_fit} fit, {s.num_balanced} balanced by the pipeline ILP"
+        f"the step model ({s.num_pruned_by_step_bound} left to the step bound), {s.num_fit} fit, "
+        f"{s.num_balanced} balanced by the pipeline ILP"
         + (f" ({s.num_balancer_unproved} not proved in time)" if s.num_balancer_unproved else "")
         + f"; {'proved best' if s.proved else 'not proved best'} under the model; "
         f"{s.elapsed_s:.2f} s",

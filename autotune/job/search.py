@@ -417,9 +417,16 @@ def search(
             key_figures(inp, hw, table, sub.take(np.flatnonzero(ok)), figs)
         return rows[usable[rows]]
 
-    def run(rows: np.ndarray) -> None:
+    def run(rows: np.ndarray, limit: float = np.inf) -> None:
+        """Price `rows` exactly; with a finite `limit`, only those whose
+        even-split bound on their planned FC layers is not above it (the
+        limit only falls, so the others are never needed)."""
         rows = ensure_fc(rows)
         rows = rows[~priced_mask[rows]]
+        if rows.size and np.isfinite(limit):
+            sub = c.take(rows)
+            low = price(sub, figs, hw, t, model.num_layers, model.hidden_size, exact=False)
+            rows = rows[low.step_s <= limit]
         if not rows.size:
             return
         sub = c.take(rows)
@@ -444,7 +451,7 @@ def search(
         if even_bound[ranked_rows[pos]] > limit:
             break
         batch = ranked_rows[pos : pos + size]
-        run(batch[even_bound[batch] <= limit])
+        run(batch[even_bound[batch] <= limit], limit)
         pos += size
         size *= 2
 
@@ -461,6 +468,26 @@ def search(
             keys.setdefault(_config_key(c, i, searched_rc), []).append(i)
         key_bound = {k: min(float(bound[i]) for i in rows) for k, rows in keys.items()}
         solved: set[tuple] = set()
+        tight = np.zeros(n, dtype=bool)  # bound recomputed on the planned FC layers
+
+        def tighten(rows: np.ndarray) -> None:
+            """Recompute the step bound of `rows` on their planned FC
+            layers (at or above the cheap figures, so still a bound)."""
+            rows = ensure_fc(rows[~tight[rows]])
+            tight[rows] = True
+            if rows.size:
+                sub = c.take(rows)
+                arrays = gather_figures(sub, figs)
+                send = pipeline_send_s(sub, figs, hw, t, model.hidden_size)
+                exact = step_lower_bound(inp, sub, arrays, send, hw.hbm_bytes_per_s)
+                bound[rows] = np.maximum(bound[rows], exact)
+
+        def key_tight(key: tuple) -> float:
+            """The key's bound on planned FC layers (inf: none can run)."""
+            rows = np.asarray(keys[key], dtype=np.int64)
+            tighten(rows)
+            rows = rows[usable[rows]]
+            return float(bound[rows].min()) if rows.size else np.inf
 
         def best() -> float:
             good = [e.step_s for e in evaluated.values() if e.fits]
@@ -506,7 +533,7 @@ def search(
             if key in solved:
                 continue
             finalists += 1
-            if key_bound[key] < best():
+            if key_bound[key] < best() and key_tight(key) < best():
                 balance_key(key)
         budget = lim.finalists if max_extra_solves is None else max_extra_solves
         for kb, key in sorted((b, k) for k, b in key_bound.items()):
@@ -514,6 +541,8 @@ def search(
                 continue
             if kb >= best():
                 break
+            if key_tight(key) >= best():
+                continue
             if budget <= 0:
                 proved = False
                 break
@@ -533,7 +562,7 @@ def search(
         num_pruned_by_memory_bound=int((~kept).sum()),
         num_refused_by_fc=int((fc_known & ~usable).sum()),
         num_priced=int(priced_mask.sum()),
-        num_pruned_by_step_bound=int((~fc_known).sum()),
+        num_pruned_by_step_bound=int((usable & ~priced_mask).sum()),
         num_fit=int(fits.sum()),
         num_balanced=num_balanced,
         num_balancer_unproved=unproved,
