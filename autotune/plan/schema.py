@@ -26,7 +26,7 @@ OLD_SCHEMAS = ("meshtune.plan/1", "meshtune.plan/2", "meshtune.job-search/1")
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class BreakdownDoc(_Doc):
@@ -79,7 +79,7 @@ class GemmDoc(_Doc):
     """One GEMM of a layer."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False, defer_build=True
     )
 
     gemm_pass: Literal["forward", "backward_data", "backward_weight"] = Field(alias="pass")
@@ -441,7 +441,7 @@ class PlanDocument(_Doc):
     """The whole plan."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False, defer_build=True
     )
 
     schema_: Literal["meshtune.plan/3"] = Field(alias="schema")

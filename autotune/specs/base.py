@@ -32,7 +32,9 @@ MAX_TFLOPS_PER_S = 1e6  # the same in TFLOP/s
 MAX_GIB = 2.0**20  # memory of one chip: 1 PiB
 MAX_FACTOR = 1000.0  # a slowdown or multiplier
 
-FINITE_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+FINITE_CONFIG = ConfigDict(
+    extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True
+)
 
 
 class Spec(BaseModel):
