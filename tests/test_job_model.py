@@ -31,6 +31,7 @@ from autotune.job.model import (
     KeyFigures,
     block_seconds,
     chain_bound_s,
+    data_parallel_floor_s,
     even_split,
     gather_figures,
     pipeline_send_s,
@@ -292,8 +293,11 @@ def test_step_bound_never_above_the_model(case, tmp_path):
     p = price(c, figs, hw, inp.training, model.num_layers, model.hidden_size)
     a = gather_figures(c, figs)
     p2p = pipeline_send_s(c, figs, hw, inp.training, model.hidden_size)
-    bound = step_lower_bound(inp, c, a, p2p, hw.hbm_bytes_per_s)
+    floor = lambda params: data_parallel_floor_s(c, figs.layouts, hw, inp.training, params)  # noqa: E731
+    bound = step_lower_bound(inp, c, a, p2p, hw.hbm_bytes_per_s, floor)
     assert np.all(bound <= p.step_s * (1 + 1e-12))
+    # the data-parallel floor raises the bound somewhere
+    assert np.any(bound > step_lower_bound(inp, c, a, p2p, hw.hbm_bytes_per_s))
     even = price(c, figs, hw, inp.training, model.num_layers, model.hidden_size, exact=False)
     assert np.all(even.step_s <= p.step_s * (1 + 1e-12))
     out = search(inp, hw)
@@ -324,7 +328,8 @@ def test_search_bounds_before_any_fc_pricing_never_above_the_model(case, tmp_pat
     assert np.all(even.step_s <= p.step_s * (1 + 1e-12))
     a = gather_figures(c, cheap)
     p2p = pipeline_send_s(c, cheap, hw, t, model.hidden_size)
-    bound = step_lower_bound(inp, c, a, p2p, hw.hbm_bytes_per_s)
+    floor = lambda params: data_parallel_floor_s(c, cheap.layouts, hw, t, params)  # noqa: E731
+    bound = step_lower_bound(inp, c, a, p2p, hw.hbm_bytes_per_s, floor)
     assert np.all(bound <= p.step_s * (1 + 1e-12))
     # the bound prunes: it is not trivially small
     assert np.median(even.step_s / p.step_s) > 0.5

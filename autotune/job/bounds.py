@@ -20,10 +20,17 @@ makes them equal, giving `S / (1 - (1 - 1/m)^pp)`. Every stage is busy
 `m W_b` and the largest is at least the average: `m S / pp` (the only bound
 used for interleaved schedules). The optimizer step of the stage holding
 the most parameters is at least that of the average stage. Single stage:
-`m S` exactly.
+`m S` exactly. Data parallelism: the stage holding the most parameters
+runs at least the average stage's collectives (their bytes at the fastest
+bandwidth, no latency: model.data_parallel_floor_s), and the step is at
+least any stage's collectives plus its optimizer step (every overlap
+window lies inside the makespan), so `step >= dp_floor(P / pp) +
+optimizer(P / pp)` too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -79,9 +86,13 @@ def step_lower_bound(
     arrays: dict[str, np.ndarray],
     p2p_s: np.ndarray,
     hbm_bytes_per_s: float,
+    dp_floor_s: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Seconds no layer split or recomputation mix can beat (module
-    docstring); `arrays` are job/model.py's per-candidate figures."""
+    docstring); `arrays` are job/model.py's per-candidate figures.
+    `dp_floor_s` maps the average stage's parameters per chip to the least
+    seconds of its data-parallel collectives (model.data_parallel_floor_s);
+    the step is at least that plus the average stage's optimizer step."""
     model, t = inp.model, inp.training
     e = t.dtype.num_bytes
     g = 4 if t.fp32_gradients else e
@@ -96,4 +107,7 @@ def step_lower_bound(
     params = model.num_layers * arrays["params"] + arrays["head_p"] + arrays["tail_p"]
     owned = params / pp / np.where(c.zero >= 1, c.dp, 1)
     optimizer = owned * adam_step_bytes_per_param(e, g) / hbm_bytes_per_s
-    return pipe + optimizer
+    bound = pipe + optimizer
+    if dp_floor_s is not None:
+        bound = np.maximum(bound, dp_floor_s(params / pp) + optimizer)
+    return bound

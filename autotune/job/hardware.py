@@ -163,6 +163,26 @@ class HardwareView:
             )
         return seconds
 
+    def hierarchical_transfer_floor_s(
+        self, axis: AxisLayout, op: str, total_bytes: ArrayLike
+    ) -> np.ndarray:
+        """A lower bound of :meth:`hierarchical_ring_s`, linear in
+        `total_bytes`: each level's `(P_l - 1) * piece / bandwidth` with the
+        fastest bandwidth of the level link's size regimes and no launch or
+        synchronisation (every term of ring_collective_terms is at least
+        this). Seconds; vectorised."""
+        total = np.asarray(total_bytes, dtype=float)
+        seconds = np.zeros_like(total)
+        divided = 1
+        for level in axis.levels:
+            divided *= level.size
+            if level.size <= 1:
+                continue
+            link = self.level_link(level, op)
+            bw = max((r.link_bytes_per_s for r in link.regimes), default=link.link_bytes_per_s)
+            seconds = seconds + (level.size - 1) * (total / divided) / bw
+        return seconds
+
     def send_s(self, axis: AxisLayout, message_bytes: ArrayLike) -> np.ndarray:
         """Seconds of one send-recv of `message_bytes` between neighbours of
         `axis` (a ring of two on the outermost level it crosses: neighbours

@@ -530,11 +530,7 @@ def _data_parallel(
         grad_ag = hw.hierarchical_ring_s(axis, "all_gather", grad_e * p)
         param_ag = hw.hierarchical_ring_s(axis, "all_gather", e * p)
         bucket = float(hw.hierarchical_ring_s(axis, "reduce_scatter", float(BUCKET_BYTES)))
-        # ZeRO 0: all-reduce = reduce-scatter + all-gather of the gradient;
-        # 1-2: reduce-scatter the gradient, all-gather the updated weights;
-        # 3: per micro-batch, a gradient reduce-scatter and two weight gathers
-        rs = np.where(z == 3, m * grad_rs, grad_rs)
-        ag = np.where(z == 0, grad_ag, np.where(z == 3, 2 * m * param_ag, param_ag))
+        rs, ag = _zero_collectives(z, m, grad_rs, grad_ag, param_ag)
         total = rs + ag
         if not training.overlap_data_parallel:
             hidden_not = least = total
@@ -557,6 +553,53 @@ def _data_parallel(
         exposed[local] = hidden_not
         floor[local] = least
     return comm, exposed, floor
+
+
+def _zero_collectives(
+    zero: np.ndarray, m: np.ndarray, grad_rs: np.ndarray, grad_ag: np.ndarray, param_ag: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(reduce-scatter, all-gather) seconds of a step per ZeRO stage, from
+    one gradient reduce-scatter, gradient all-gather and weight all-gather:
+    ZeRO 0 all-reduces the gradient (reduce-scatter + all-gather); 1-2
+    reduce-scatter the gradient and all-gather the updated weights; 3, per
+    micro-batch, a gradient reduce-scatter and two weight gathers (forward
+    and backward)."""
+    rs = np.where(zero == 3, m * grad_rs, grad_rs)
+    ag = np.where(zero == 0, grad_ag, np.where(zero == 3, 2 * m * param_ag, param_ag))
+    return rs, ag
+
+
+def data_parallel_floor_s(
+    c: Candidates,
+    layouts: dict[tuple[int, int, int, int], Layout],
+    hw: HardwareView,
+    training: TrainingInput,
+    params: np.ndarray,
+) -> np.ndarray:
+    """Seconds the data-parallel collectives of a stage holding `params`
+    parameters per chip take at least, per candidate: the collectives of
+    _data_parallel with every level's latency left out and its bytes at the
+    fastest bandwidth of its size regimes
+    (HardwareView.hierarchical_transfer_floor_s). Linear in `params`, so the
+    stage holding the most parameters takes at least this for the average
+    stage's; and `makespan + exposed >= collectives` on every stage
+    (_data_parallel), so the step is at least this plus that stage's
+    optimizer step whatever the layer split (bounds.step_lower_bound)."""
+    e = training.dtype.num_bytes
+    grad_e = 4 if training.fp32_gradients else e
+    m_all = (training.global_batch_sequences // (c.dp * c.mbs)).astype(float)
+    out = np.zeros(len(c))
+    for key, local in _by(c, ("rows", "cols", "dp", "pp")).items():
+        if key[2] == 1:
+            continue
+        axis = layouts[key].axis(ParallelAxis.DATA)
+        p = params[local]
+        grad_rs = hw.hierarchical_transfer_floor_s(axis, "reduce_scatter", grad_e * p)
+        grad_ag = hw.hierarchical_transfer_floor_s(axis, "all_gather", grad_e * p)
+        param_ag = hw.hierarchical_transfer_floor_s(axis, "all_gather", e * p)
+        rs, ag = _zero_collectives(c.zero[local], m_all[local], grad_rs, grad_ag, param_ag)
+        out[local] = rs + ag
+    return out
 
 
 def _exposed(comm_s: np.ndarray, window_s: np.ndarray, bucket_s: float) -> np.ndarray:

@@ -54,6 +54,7 @@ from autotune.job.model import (
     Candidates,
     KeyFigures,
     Priced,
+    data_parallel_floor_s,
     gather_figures,
     pipeline_send_s,
     price,
@@ -395,7 +396,16 @@ def search(
     # any layer split and recomputation mix (step 5)
     arrays = gather_figures(c, cheap) if n else {}
     p2p = pipeline_send_s(c, cheap, hw, t, model.hidden_size) if n else np.zeros(0)
-    bound = step_lower_bound(inp, c, arrays, p2p, hw.hbm_bytes_per_s) if n else np.zeros(0)
+    bound = np.zeros(0)
+    if n:
+        bound = step_lower_bound(
+            inp,
+            c,
+            arrays,
+            p2p,
+            hw.hbm_bytes_per_s,
+            lambda params: data_parallel_floor_s(c, cheap.layouts, hw, t, params),
+        )
     even_bound = np.zeros(n)
     if n:
         even_bound = price(c, cheap, hw, t, model.num_layers, model.hidden_size, exact=False).step_s
@@ -479,7 +489,14 @@ def search(
                 sub = c.take(rows)
                 arrays = gather_figures(sub, figs)
                 send = pipeline_send_s(sub, figs, hw, t, model.hidden_size)
-                exact = step_lower_bound(inp, sub, arrays, send, hw.hbm_bytes_per_s)
+                exact = step_lower_bound(
+                    inp,
+                    sub,
+                    arrays,
+                    send,
+                    hw.hbm_bytes_per_s,
+                    lambda params: data_parallel_floor_s(sub, figs.layouts, hw, t, params),
+                )
                 bound[rows] = np.maximum(bound[rows], exact)
 
         def key_tight(key: tuple) -> float:
