@@ -21,6 +21,7 @@ def run(*args: str):
 
 def run_json(*args: str):
     result = run(*args, "--format", "json")
+    assert result.exit_code == 0 and result.stdout, f"exit {result.exit_code}: {result.stderr}"
     return result, json.loads(result.stdout)
 
 
