@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,34 @@ FUZZ_PROFILES = {
 }
 for _name, _profile in FUZZ_PROFILES.items():
     settings.register_profile(_name, _profile)
+
+
+# The fast loop: `python -m pytest -m "not slow"`. A test is slow when its
+# last measured duration (tests/durations.json, written by
+# benchmarks/time_tests.py, which also times the fast loop alone so that
+# a shared fixture's setup is charged to the tests that need it) reaches the
+# file's `slow_at_s`, or its module has a long shared setup (`slow_modules`);
+# tests not yet measured count as fast. CI runs everything.
+_DURATIONS = json.loads((REPO / "tests" / "durations.json").read_text())
+
+
+# Kept in the fast loop whatever they cost, so that it runs every command:
+# the one `export` test in a process of its own.
+FAST_ALWAYS = {"tests/test_formats_export.py::test_print_without_out"}
+
+
+def _function(nodeid: str) -> str:
+    return nodeid.split("[", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # every case of a test function with a slow case is slow: the cases
+    # share fixtures whose setup the first case's time carries
+    slow_at_s = float(_DURATIONS["slow_at_s"])
+    slow = {_function(k) for k, s in _DURATIONS["seconds"].items() if s >= slow_at_s}
+    modules = set(_DURATIONS["slow_modules"])
+    for item in items:
+        if item.nodeid in FAST_ALWAYS:
+            continue
+        if _function(item.nodeid) in slow or item.nodeid.split("::", 1)[0] in modules:
+            item.add_marker(pytest.mark.slow)

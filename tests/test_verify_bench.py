@@ -57,3 +57,19 @@ def test_overlap_rows_round_trip_and_give_the_slowdown():
     # 2.5/2.0 and 2.2/2.0; the 64^3 row has no GEMM-alone row and is skipped
     assert fit.per_row == pytest.approx((1.25, 1.1)) and fit.skipped == 1
     assert fit.slowdown == pytest.approx(1.175) and fit.note is None
+
+
+def test_cli_refuses_a_bad_mesh_in_one_line(tmp_path):
+    """`meshtune bench` itself, without JAX: a mesh side of 0 is exit 2 with
+    one line naming the option, the value and the fix, and no CSV."""
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    out = tmp_path / "b.csv"
+    result = CliRunner().invoke(main, ["bench", "--mesh", "3x0", "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "meshtune: error: --mesh: got '3x0'; both sides must be 1 to 4096; fix: e.g. --mesh 2x4"
+    )
+    assert not out.exists()
