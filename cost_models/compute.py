@@ -157,3 +157,13 @@ class ComputeModel:
     def effective_flops_per_s(self) -> float:
         """The large-GEMM rate `peak * max_efficiency`."""
         return self.peak_flops_per_s * self.max_efficiency
+
+    @property
+    def fastest_flops_per_s(self) -> float:
+        """The rate no GEMM of :meth:`gemm_s` exceeds: `peak *
+        max_efficiency` (every efficiency is at most `max_efficiency`), and
+        at most the ceiling when one is set."""
+        rate = self.effective_flops_per_s
+        if self.ceiling_flops_per_s is not None:
+            rate = min(rate, self.ceiling_flops_per_s)
+        return rate

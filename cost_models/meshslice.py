@@ -380,14 +380,10 @@ def meshslice_lower_bound_s(
     for op, axis, ring, shard in (*it.before, *it.after):
         if ring <= 1:
             continue
-        link = comm.link(op, axis)
-        bw = max((r.link_bytes_per_s for r in link.regimes), default=link.link_bytes_per_s)
+        bw = comm.link(op, axis).fastest_bytes_per_s
         key = resource_key(comm, axis)
         carried[key] = carried.get(key, 0.0) + (ring - 1) * shard / bw
-    rate = compute.peak_flops_per_s * compute.max_efficiency
-    if compute.ceiling_flops_per_s is not None:
-        rate = min(rate, compute.ceiling_flops_per_s)
-    bound = 2.0 * m * n * k / mesh.num_chips / rate
+    bound = 2.0 * m * n * k / mesh.num_chips / compute.fastest_flops_per_s
     for seconds in carried.values():
         bound = np.maximum(bound, seconds)
     return bound

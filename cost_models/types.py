@@ -85,6 +85,12 @@ class LinkParams:
                 return LinkParams(regime.launch_s, regime.sync_s, regime.link_bytes_per_s)
         return self
 
+    @property
+    def fastest_bytes_per_s(self) -> float:
+        """The highest bandwidth of any size regime (the plain one without
+        regimes): no piece moves faster."""
+        return max((r.link_bytes_per_s for r in self.regimes), default=self.link_bytes_per_s)
+
 
 @dataclass(frozen=True)
 class CommModel:

@@ -9,6 +9,20 @@ import yaml
 from autotune.job.plan import Plan, make_plan
 from autotune.loading import load_plan_input
 
+#: an 8-layer Llama-3-8B-shaped model (SwiGLU, GQA, rotary) for tests
+LLAMA = {
+    "name": "llama-ish",
+    "num_layers": 8,
+    "hidden_size": 4096,
+    "num_heads": 32,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "ffn_size": 14336,
+    "ffn_kind": "swiglu",
+    "vocab_size": 128256,
+    "position_encoding": "rotary",
+}
+
 #: the degrees a file must give to pin one configuration, with the values
 #: that keep a test's meaning when it does not say (one replica, one stage,
 #: one micro-batch, no recomputation, ZeRO 0)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from planning import pinned, write_plan
+from planning import LLAMA, pinned, write_plan
 
 from autotune.job.block import fc_lower_bounds
 from autotune.job.bounds import step_lower_bound
@@ -54,18 +54,6 @@ GPT = {
     "head_dim": 128,
     "ffn_size": 16384,
     "vocab_size": 51200,
-}
-LLAMA = {
-    "name": "llama-ish",
-    "num_layers": 8,
-    "hidden_size": 4096,
-    "num_heads": 32,
-    "num_kv_heads": 8,
-    "head_dim": 128,
-    "ffn_size": 14336,
-    "ffn_kind": "swiglu",
-    "vocab_size": 128256,
-    "position_encoding": "rotary",
 }
 
 # A calibration shaped like one `meshtune calibrate` fits from GEMM

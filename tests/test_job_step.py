@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from planning import pinned, plan_for
+from planning import LLAMA, pinned, plan_for
 
 from autotune.cli import main
 from autotune.job.model import PARTS
@@ -92,20 +92,8 @@ def test_zero_stages_shrink_memory_and_overlap_hides_traffic(tmp_path):
 
 
 def test_mfu_counts_gqa_and_swiglu(tmp_path):
-    llama = {
-        "name": "llama-ish",
-        "num_layers": 8,
-        "hidden_size": 4096,
-        "num_heads": 32,
-        "num_kv_heads": 8,
-        "head_dim": 128,
-        "ffn_size": 14336,
-        "ffn_kind": "swiglu",
-        "vocab_size": 128256,
-        "position_encoding": "rotary",
-    }
     training = {"global_batch_sequences": 8, "sequence_length": 4096, "micro_batch_size": 1}
-    job = job_for(tmp_path, training, "a100-hgx", llama)
+    job = job_for(tmp_path, training, "a100-hgx", LLAMA)
     p_block = 4096 * (32 + 16) * 128 + 4096 * 4096 + 3 * 4096 * 14336
     per_token = 6 * (8 * p_block + 4096 * 128256) + 12 * 8 * 4096 * 32 * 128
     assert job.model_flops_per_step == pytest.approx(per_token * 8 * 4096)

@@ -165,10 +165,7 @@ def fc_lower_bounds(
         except InputError:
             ctx = None
     if ctx is None:
-        g = hw.gemm
-        rate = g.peak_flops_per_s * g.max_efficiency
-        if g.ceiling_flops_per_s is not None:
-            rate = min(rate, g.ceiling_flops_per_s)
+        rate = hw.gemm.fastest_flops_per_s
         out = []
         for mbs in sizes:
             layers = block_fc_layers(model, mbs * training.sequence_length)

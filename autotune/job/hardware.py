@@ -178,8 +178,7 @@ class HardwareView:
             divided *= level.size
             if level.size <= 1:
                 continue
-            link = self.level_link(level, op)
-            bw = max((r.link_bytes_per_s for r in link.regimes), default=link.link_bytes_per_s)
+            bw = self.level_link(level, op).fastest_bytes_per_s
             seconds = seconds + (level.size - 1) * (total / divided) / bw
         return seconds
 
@@ -237,7 +236,7 @@ def hardware_view(inp: JobInput) -> HardwareView:
     if spec.attention_tflops_per_s is not None:
         attention = spec.attention_tflops_per_s * 1e12
     else:
-        attention = float(gemm.peak_flops_per_s * gemm.max_efficiency)
+        attention = float(gemm.effective_flops_per_s)
         if t.attention.value == "flash":
             warnings.append(
                 f"cluster {spec.name} gives no attention_tflops_per_s: the fused attention core "

@@ -117,6 +117,21 @@ class SearchOutcome:
     memory_bound: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]
 
 
+def add_layouts(
+    c: Candidates, hw: HardwareView, layouts: dict[tuple[int, int, int, int], Layout]
+) -> None:
+    """The layout of every (rows, cols, dp, pp) of `c` not yet in `layouts`
+    (enumeration kept only configurations that lay out)."""
+    for key in dict.fromkeys(
+        zip(c.rows.tolist(), c.cols.tolist(), c.dp.tolist(), c.pp.tolist(), strict=True)
+    ):
+        if key not in layouts:
+            rows, cols, dp, pp = key
+            layout = hw.layout(MeshShape(rows, cols), dp, pp)
+            assert isinstance(layout, Layout)
+            layouts[key] = layout
+
+
 def key_figures(
     inp: JobInput, hw: HardwareView, table: FcTable, c: Candidates, figs: KeyFigures
 ) -> None:
@@ -132,13 +147,7 @@ def key_figures(
         figs.blocks[key] = block_figures(model, t, hw, entry, rows * cols, mbs)
         comm = hw.tensor_comm(MeshShape(rows, cols))
         figs.ends[key] = end_figures(model, t, hw, comm, rows, cols, mbs)
-    for rows, cols, dp, pp in zip(
-        c.rows.tolist(), c.cols.tolist(), c.dp.tolist(), c.pp.tolist(), strict=True
-    ):
-        if (rows, cols, dp, pp) not in figs.layouts:
-            layout = hw.layout(MeshShape(rows, cols), dp, pp)
-            assert isinstance(layout, Layout)
-            figs.layouts[(rows, cols, dp, pp)] = layout
+    add_layouts(c, hw, figs.layouts)
 
 
 def _fc_feasible(
@@ -343,13 +352,7 @@ def bound_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigur
         for mbs, fc in zip(mesh_sizes, blocks, strict=True):
             out.blocks[(rows, cols, mbs)] = block_figures(model, t, hw, fc, rows * cols, mbs)
             out.ends[(rows, cols, mbs)] = end_figures(model, t, hw, None, rows, cols, mbs)
-    for rows, cols, dp, pp in dict.fromkeys(
-        zip(c.rows.tolist(), c.cols.tolist(), c.dp.tolist(), c.pp.tolist(), strict=True)
-    ):
-        if (rows, cols, dp, pp) not in out.layouts:
-            layout = hw.layout(MeshShape(rows, cols), dp, pp)
-            assert isinstance(layout, Layout)
-            out.layouts[(rows, cols, dp, pp)] = layout
+    add_layouts(c, hw, out.layouts)
     return out
 
 
