@@ -34,7 +34,11 @@ def shorten(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
 
 
 def shown_value(value: object) -> str:
-    """A bounded, one-line repr of `value` for an error message."""
+    """A bounded, one-line repr of `value` for an error message; a number
+    read from a file is shown as it was written there (`1e308`, `.nan`)."""
+    written = getattr(value, "written", None)
+    if isinstance(written, str):
+        return shorten(written)
     return shorten(" ".join(_REPR.repr(value).split()))
 
 

@@ -24,6 +24,25 @@ MAX_DEPTH = 64  # nested mappings/lists in a YAML or JSON document
 MAX_NODES = 1_000_000  # values in a document after YAML aliases are expanded
 
 
+class WrittenFloat(float):
+    """A float read from an input file that keeps the text it was written
+    as, so an error names `1e308` or `.nan` as the user wrote it rather than
+    `1e+308`; behaves as a float everywhere else."""
+
+    __slots__ = ("written",)
+
+    def __new__(cls, value: float, written: str | None = None) -> WrittenFloat:
+        number = super().__new__(cls, value)
+        number.written = written
+        return number
+
+
+def written_text(value: object) -> str | None:
+    """How `value` was written in its input file, when it was read as a
+    WrittenFloat; None otherwise."""
+    return getattr(value, "written", None)
+
+
 class _Loader(yaml.SafeLoader):
     """SafeLoader that also reads `1e-9` and `2.5e3` as numbers (YAML 1.2
     and JSON do; PyYAML's YAML 1.1 rules read them as strings, which turns
@@ -35,6 +54,13 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    return WrittenFloat(loader.construct_yaml_float(node), str(node.value))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
@@ -186,8 +212,14 @@ def parse_yaml(text: str, *, file: str | None) -> Any:
     return data
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(name)
+def _written_constant(name: str) -> float:
+    """JSON's non-standard NaN / Infinity tokens, kept as written (then
+    refused by check_finite with the key path)."""
+    return WrittenFloat(float(name), name)
+
+
+def _written_float(text: str) -> float:
+    return WrittenFloat(float(text), text)
 
 
 def parse_json(text: str, *, file: str | None, fix: str) -> Any:
@@ -203,19 +235,18 @@ def parse_json(text: str, *, file: str | None, fix: str) -> Any:
                 f"nests objects or arrays more than {MAX_DEPTH} levels deep", file=file, fix=fix
             )
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_written_constant, parse_float=_written_float)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
             file=file,
             fix=fix,
         ) from None
-    except ValueError as exc:
-        shown = str(exc)[:120]
+    except ValueError as exc:  # e.g. an integer of 5,000 digits
         raise InputError(
-            f"holds {shown}, which is not a finite JSON number",
+            f"holds a value that cannot be read: {str(exc)[:120]}",
             file=file,
-            fix="write finite numbers only",
+            fix="write numbers in the fields' ranges",
         ) from None
     except RecursionError:
         raise InputError("nests too deeply", file=file, fix=fix) from None

@@ -31,7 +31,34 @@ from autotune.processes import solver_thread_running, terminate_children
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["EXIT_INTERNAL", "OutputPath", "bad_usage", "format_option", "guarded"]
+__all__ = [
+    "EXIT_INTERNAL",
+    "WRITTEN_NUMBER",
+    "OutputPath",
+    "bad_usage",
+    "format_option",
+    "guarded",
+]
+
+
+class WrittenNumber(click.ParamType):
+    """A number option that keeps the text as typed, so an error shows
+    `1e308` rather than `1e+308`."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        from autotune.safe_load import WrittenFloat
+
+        try:
+            return WrittenFloat(float(value), str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a number", param, ctx)
+
+
+WRITTEN_NUMBER = WrittenNumber()
 
 
 def fail(line: str, code: int) -> None:
