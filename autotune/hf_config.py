@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
+from autotune.specs.base import MAX_DIM, MAX_LAYERS
 from autotune.specs.model import FfnKind, ModelSpec
 
 
@@ -179,14 +180,24 @@ def _refuse_unpriceable(data: dict[str, Any], model_type: str, path: str) -> Non
         )
 
 
-def _dimension(data: dict[str, Any], key: str, path: str, optional: bool = False) -> int | None:
+def _dimension(
+    data: dict[str, Any], key: str, path: str, optional: bool = False, high: int = MAX_DIM
+) -> int | None:
+    """`data[key]` as a whole number from 1 to `high` (the model spec's
+    plausible range of that dimension), named by its config.json key."""
     if key not in data or data[key] is None:
         if optional:
             return None
         _fail(path, key, "is required", fix=f'add `"{key}": <positive integer>`')
     value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        _fail(path, key, "must be a positive integer", value, f"give `{key}` as a whole number")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        _fail(
+            path,
+            key,
+            f"must be a whole number from 1 to {high}",
+            value,
+            f"give `{key}` as a whole number from 1 to {high}",
+        )
     return value
 
 
@@ -206,7 +217,7 @@ def spec_fields(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
     model_type = _model_type(data, file)
     _refuse_unpriceable(data, model_type, file)
     fam = FAMILIES[model_type]
-    layers = _dimension(data, fam.layers, file)
+    layers = _dimension(data, fam.layers, file, high=MAX_LAYERS)
     hidden = _dimension(data, fam.hidden, file)
     heads = _dimension(data, fam.heads, file)
     vocab = _dimension(data, "vocab_size", file)

@@ -22,7 +22,7 @@ from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import SearchSpec
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
-_UNION_TAG = re.compile(r"^(constrained-\w+|literal\[.*\]|list\[.*\]|int|float|str|bool|none)$")
+_UNION_TAG = re.compile(r"^(constrained-\w+|literal\[.*\]|list\[.*\]|int|float|str|bool)$")
 
 DEFAULT_CLUSTER = "tpu-v4-256"
 PLAN_KEYS = ("model", "training", "cluster", "calibration", "search", "constraints")
@@ -106,6 +106,10 @@ def _fix_for(error: dict[str, Any], model: type[BaseModel]) -> str | None:
             "less_than_equal": "<=",
         }[kind]
         return f"use a value {op} {bound}"
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return "write a whole number (no decimal point or exponent)"
+    if kind in ("float_type", "float_parsing"):
+        return "write a number"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return "use a value of the described type"
     if kind in ("enum", "literal_error"):
@@ -153,7 +157,7 @@ def _field_range(model: type[BaseModel], loc: list[str]) -> str | None:
     for part in loc:
         fields = getattr(current, "model_fields", None)
         if fields is None:
-            return None
+            break  # inside a dict or list of numbers: the field's own range
         if part not in fields:
             continue  # a dict key or list index inside the current field
         info = fields[part]
@@ -187,7 +191,9 @@ def validate_spec(model: type[SpecT], data: Any, *, file: str | None, prefix: st
             message = "is required"
         elif error.get("type") == "extra_forbidden":
             message = "is not a known key"
-        elif error.get("type", "").startswith(("greater_than", "less_than", "finite")):
+        elif error.get("type", "").startswith(
+            ("greater_than", "less_than", "finite", "int_", "float_")
+        ):
             span = _field_range(model, loc)
             if span:
                 message = f"{message} (plausible range: {span})"
@@ -245,24 +251,24 @@ def _load_yaml_ref(
 
 
 def load_model_spec(
-    ref: str | Path, base: Path | None = None, file: str | None = None
+    ref: str | Path, base: Path | None = None, file: str | None = None, field: str = "model"
 ) -> ModelSpec:
     """A model preset name, a model YAML file, or a Hugging Face
-    `config.json` (any `.json` file: :mod:`autotune.hf_config`); `file` is
-    the plan file naming it, for errors."""
+    `config.json` (any `.json` file: :mod:`autotune.hf_config`); `file` and
+    `field` are the plan file and key (or the option) naming it, for errors."""
     if str(ref).lower().endswith(".json"):
         path = _resolve_ref(str(ref), "models", base)
         if not _exists(path):
             raise InputError(
                 "no such file",
                 file=file,
-                field="model",
+                field=field,
                 value=str(ref),
                 fix="check the config.json path",
             )
         data = read_json_object(path, "a Hugging Face config.json")
         return validate_spec(ModelSpec, hf_config.spec_fields(data, path), file=str(path))
-    return _load_yaml_ref(ref, "models", "model", ModelSpec, base, file)
+    return _load_yaml_ref(ref, "models", "model", ModelSpec, base, file, field)
 
 
 _COUNTED = re.compile(r"^(?P<base>[a-z0-9][a-z0-9.-]*?)-(?P<count>[1-9][0-9]*)(?P<unit>[ns])$")
@@ -340,9 +346,10 @@ def cluster_file(ref: str, base: Path | None = None) -> Path | None:
     return path if _exists(path) and path.is_file() else None
 
 
-def load_chip_spec(ref: str | Path, base: Path | None = None) -> ChipSpec:
-    """A chip preset name or YAML file (a path relative to `base`)."""
-    return _load_yaml_ref(ref, "chips", "chip", ChipSpec, base)
+def load_chip_spec(ref: str | Path, base: Path | None = None, field: str = "chip") -> ChipSpec:
+    """A chip preset name or YAML file (a path relative to `base`); `field`
+    is the key or option naming it, for errors."""
+    return _load_yaml_ref(ref, "chips", "chip", ChipSpec, base, None, field)
 
 
 def load_chip_for(cluster: ClusterSpec, base: Path | None) -> ChipSpec | None:
@@ -411,7 +418,7 @@ def load_plan_input(
     base = path.parent
 
     if model_override is not None:
-        model = load_model_spec(model_override, None, None)
+        model = load_model_spec(model_override, None, None, "--model")
     elif "model" not in data:
         raise InputError(
             "is required",

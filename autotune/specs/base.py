@@ -15,7 +15,9 @@ result. tests/test_reliability_numbers.py holds every input spec to this.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 # Shared plausible upper bounds (inclusive), stated in field descriptions.
 MAX_DIM = 2**24  # one model dimension (width, heads, vocabulary): 16,777,216
@@ -31,6 +33,17 @@ MAX_FLOPS_PER_S = 1e18  # one chip's rate: 1 EFLOP/s
 MAX_TFLOPS_PER_S = 1e6  # the same in TFLOP/s
 MAX_GIB = 2.0**20  # memory of one chip: 1 PiB
 MAX_FACTOR = 1000.0  # a slowdown or multiplier
+# Shared plausible lower bounds (inclusive) of rates and capacities that the
+# models divide by: far below any real chip, they keep a typo such as
+# `5e-324` from turning a time into infinity.
+MIN_GB_PER_S = 1e-3  # one link or NIC: 1 MB/s
+MIN_BYTES_PER_S = 1e6  # the same in bytes/s
+MIN_TFLOPS_PER_S = 1e-3  # one chip: 1 GFLOP/s
+MIN_FLOPS_PER_S = 1e9  # the same in FLOP/s
+MIN_GIB = 2.0**-10  # memory of one chip: 1 MiB
+
+# One chip's peak for one dtype, TFLOP/s (the values of `peak_tflops_per_s`).
+PeakTflopsPerS = Annotated[float, Field(ge=MIN_TFLOPS_PER_S, le=MAX_TFLOPS_PER_S)]
 
 FINITE_CONFIG = ConfigDict(
     extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True

@@ -3,6 +3,8 @@ and the compute rate, with the fit quality and source they came from."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import ConfigDict, Field, model_validator
 
 from autotune.specs.base import (
@@ -13,6 +15,8 @@ from autotune.specs.base import (
     MAX_FACTOR,
     MAX_FLOPS_PER_S,
     MAX_SECONDS,
+    MIN_BYTES_PER_S,
+    MIN_FLOPS_PER_S,
     Spec,
 )
 from autotune.specs.chip import FigureKind
@@ -147,9 +151,9 @@ class RegimeSpec(Spec):
         description="Per-step synchronisation latency here, seconds. Range: 0 to 3600.",
     )
     link_bytes_per_s: float = Field(
-        gt=0,
+        ge=MIN_BYTES_PER_S,
         le=MAX_BYTES_PER_S,
-        description="Per-step link bandwidth here, bytes/s. Range: above 0, at most 1e15.",
+        description="Per-step link bandwidth here, bytes/s. Range: 1e6 to 1e15.",
     )
 
 
@@ -169,9 +173,9 @@ class LinkSpec(Spec):
         description="Synchronisation latency per ring step, seconds. Range: 0 to 3600.",
     )
     link_bytes_per_s: float = Field(
-        gt=0,
+        ge=MIN_BYTES_PER_S,
         le=MAX_BYTES_PER_S,
-        description="Effective per-step link bandwidth, bytes/s. Range: above 0, at most 1e15.",
+        description="Effective per-step link bandwidth, bytes/s. Range: 1e6 to 1e15.",
     )
     regimes: list[RegimeSpec] | None = Field(
         default=None,
@@ -215,23 +219,14 @@ class EfficiencyCurve(Spec):
         le=MAX_DIM,
         description="Contraction size at which the K factor is one half. Range: 0 to 2^24.",
     )
-    max_dims: list[float] | None = Field(
+    max_dims: list[Annotated[float, Field(ge=1, le=2.0**48)]] | None = Field(
         default=None,
+        min_length=3,
+        max_length=3,
         description="Largest m, n, k measured; beyond them the efficiency is held at its "
         "value there (a conservative extrapolation). Omitted: the curve applies everywhere. "
-        "Range: three values, each above 0 and at most 2^48.",
+        "Range: three values, each 1 to 2^48.",
     )
-
-    @model_validator(mode="after")
-    def _check_max_dims(self) -> EfficiencyCurve:
-        if self.max_dims is not None and (
-            len(self.max_dims) != 3 or not all(0 < d <= 2.0**48 for d in self.max_dims)
-        ):
-            raise ValueError(
-                f"max_dims must be three sizes above 0 and at most 2^48, got {self.max_dims}; "
-                "fix: write the calibration with `meshtune calibrate`"
-            )
-        return self
 
 
 class ComputeSpec(Spec):
@@ -239,9 +234,9 @@ class ComputeSpec(Spec):
 
     dtype: str = Field(description="Element type the rate was measured for, e.g. bf16.")
     effective_flops_per_s: float = Field(
-        gt=0,
+        ge=MIN_FLOPS_PER_S,
         le=MAX_FLOPS_PER_S,
-        description="Large-GEMM rate, FLOP/s. Range: above 0, at most 1e18.",
+        description="Large-GEMM rate, FLOP/s. Range: 1e9 to 1e18.",
     )
     efficiency_curve: EfficiencyCurve | None = Field(
         default=None, description="Shape dependence; omitted means a constant rate."
@@ -251,16 +246,16 @@ class ComputeSpec(Spec):
     )
     peak_flops_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_FLOPS_PER_S,
         le=MAX_FLOPS_PER_S,
         description="The chip's peak for dtype (roofline ceiling): no GEMM is predicted "
-        "faster. Omitted: no ceiling. Range: above 0, at most 1e18.",
+        "faster. Omitted: no ceiling. Range: 1e9 to 1e18.",
     )
     hbm_bytes_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_BYTES_PER_S,
         le=MAX_BYTES_PER_S,
-        description="HBM bandwidth for the memory roofline, bytes/s. Range: above 0, at most 1e15.",
+        description="HBM bandwidth for the memory roofline, bytes/s. Range: 1e6 to 1e15.",
     )
     source: str | None = Field(
         default=None, description="Where the rate comes from when it was not fitted."

@@ -17,6 +17,10 @@ from autotune.specs.base import (
     MAX_LINKS,
     MAX_SECONDS,
     MAX_TFLOPS_PER_S,
+    MIN_GB_PER_S,
+    MIN_GIB,
+    MIN_TFLOPS_PER_S,
+    PeakTflopsPerS,
     Spec,
 )
 
@@ -47,10 +51,10 @@ class NodeSpec(Spec):
     )
     egress_gb_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
         description="switched: per-chip bandwidth into the switch, one direction, GB/s (1e9). "
-        "Range: above 0, at most 1e6.",
+        "Range: 0.001 to 1e6.",
     )
     links_per_chip: int | None = Field(
         default=None,
@@ -60,9 +64,9 @@ class NodeSpec(Spec):
     )
     link_gb_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
-        description="fully_connected: one link, one direction, GB/s. Range: above 0, at most 1e6.",
+        description="fully_connected: one link, one direction, GB/s. Range: 0.001 to 1e6.",
     )
 
 
@@ -70,9 +74,9 @@ class ScaleOutSpec(Spec):
     """The network between nodes (rail-optimised InfiniBand / RoCE)."""
 
     nic_gb_per_s: float = Field(
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
-        description="NIC bandwidth per chip, one direction, GB/s. Range: above 0, at most 1e6.",
+        description="NIC bandwidth per chip, one direction, GB/s. Range: 0.001 to 1e6.",
     )
     rails: int = Field(
         gt=0,
@@ -90,9 +94,9 @@ class TorusSpec(Spec):
     )
     wraparound: list[bool] = Field(description="Whether each dimension wraps around (a ring).")
     link_gb_per_s: float = Field(
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
-        description="One link, one direction, GB/s (1e9). Range: above 0, at most 1e6.",
+        description="One link, one direction, GB/s (1e9). Range: 0.001 to 1e6.",
     )
 
     @model_validator(mode="after")
@@ -122,10 +126,10 @@ class DcnSpec(Spec):
         description="Slices joined by the data-center network. Range: 1 to 2^24.",
     )
     gb_per_s: float = Field(
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
         description="Data-center network bandwidth per chip, one direction, GB/s (1e9): the "
-        "host's NIC bandwidth over its chips. Range: above 0, at most 1e6.",
+        "host's NIC bandwidth over its chips. Range: 0.001 to 1e6.",
     )
 
 
@@ -145,16 +149,16 @@ class ClusterSpec(Spec):
         default=None,
         description="Chip preset name or chip YAML path: its peak, HBM capacity and bandwidth.",
     )
-    peak_tflops_per_s: dict[str, float] | None = Field(
+    peak_tflops_per_s: dict[str, PeakTflopsPerS] | None = Field(
         default=None,
         description="Per-chip peak dense TFLOP/s by dtype, e.g. {bf16: 275}; taken from the "
-        "chip when omitted. Range: each above 0 and at most 1,000,000.",
+        "chip when omitted. Range: each 0.001 to 1e6.",
     )
     hbm_gib: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_GIB,
         le=MAX_GIB,
-        description="Per-chip memory in GiB. Range: above 0, at most 2^20 (1 PiB).",
+        description="Per-chip memory in GiB. Range: 2^-10 (1 MiB) to 2^20 (1 PiB).",
     )
     block_size: int = Field(
         default=8,
@@ -200,30 +204,30 @@ class ClusterSpec(Spec):
     source: str | None = Field(default=None, description="Where these figures come from.")
     hbm_gb_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
-        description="Per-chip HBM bandwidth, GB/s (memory-bound ops). Range: above 0, at most 1e6.",
+        description="Per-chip HBM bandwidth, GB/s (memory-bound ops). Range: 0.001 to 1e6.",
     )
     attention_tflops_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_TFLOPS_PER_S,
         le=MAX_TFLOPS_PER_S,
         description="Sustained fused-attention rate per chip, TFLOP/s; omitted means the "
-        "calibration's GEMM rate. Range: above 0, at most 1e6.",
+        "calibration's GEMM rate. Range: 0.001 to 1e6.",
     )
     data_parallel_gb_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
         description="Per-chip, per-direction bandwidth of the network tier data-parallel "
-        "collectives cross, GB/s. Range: above 0, at most 1e6.",
+        "collectives cross, GB/s. Range: 0.001 to 1e6.",
     )
     pipeline_gb_per_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
         description="Per-chip, per-direction bandwidth between pipeline stages, GB/s. "
-        "Range: above 0, at most 1e6.",
+        "Range: 0.001 to 1e6.",
     )
     network_latency_us: float | None = Field(
         default=None,
@@ -240,12 +244,6 @@ class ClusterSpec(Spec):
                 "peak_tflops_per_s is missing; fix: add `chip:` (a chip preset) or "
                 "`peak_tflops_per_s: {bf16: ...}`"
             )
-        for dtype, value in (self.peak_tflops_per_s or {}).items():
-            if not 0 < value <= MAX_TFLOPS_PER_S:
-                raise ValueError(
-                    f"peak_tflops_per_s.{dtype} must be > 0 and <= {MAX_TFLOPS_PER_S:g}, "
-                    f"got {value}; fix: give the chip's peak in TFLOP/s"
-                )
         for shape in self.mesh_shapes or []:
             if len(shape) != 2 or not (1 <= shape[0] <= MAX_CHIPS and 1 <= shape[1] <= MAX_CHIPS):
                 raise ValueError(
