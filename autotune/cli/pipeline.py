@@ -6,15 +6,21 @@ import math
 
 import click
 
-from autotune.cli.common import OutputPath, format_option, guarded
+from autotune.cli.common import WRITTEN_NUMBER, OutputPath, format_option, guarded
 
 
-def _positive(value: float | None, flag: str) -> None:
+def _in_range(value: float | None, flag: str, high: float, low: float = 0.0) -> None:
+    """InputError naming `flag` unless `value` is None or a finite number
+    above 0, at least `low` and at most `high`."""
     from autotune.errors import InputError
 
-    if value is not None and (not math.isfinite(value) or value <= 0):
+    if value is not None and (not math.isfinite(value) or not (0 < value and low <= value <= high)):
+        shown_low = f"at least {low:g}" if low > 0 else "above 0"
         raise InputError(
-            "must be a finite number > 0", field=flag, value=value, fix="give a positive number"
+            f"must be a finite number {shown_low} and at most {high:g}",
+            field=flag,
+            value=value,
+            fix=f"use a number {shown_low} and at most {high:g}",
         )
 
 
@@ -44,7 +50,7 @@ def _positive(value: float | None, flag: str) -> None:
 @click.option(
     "--memory-cap-mb",
     "memory_cap_mb",
-    type=float,
+    type=WRITTEN_NUMBER,
     default=None,
     metavar="X",
     help="Memory cap per stage in MB as MindSpore prints them (MiB, 2^20 bytes; seed -mem).",
@@ -52,7 +58,7 @@ def _positive(value: float | None, flag: str) -> None:
 @click.option(
     "--time-limit",
     "time_limit",
-    type=float,
+    type=WRITTEN_NUMBER,
     default=None,
     metavar="S",
     help="Search limit, s (the file's, else 60); under 60 s the plan search's budget "
@@ -99,11 +105,20 @@ def pipeline(
         raise InputError(
             "must name an .svg file", field="--timeline", value=timeline, fix="e.g. plan.svg"
         )
-    for value, flag in ((stages, "--stages"), (chunks, "--chunks")):
-        _positive(value, flag)
-    _positive(micro_batches, "--micro-batches")
-    _positive(memory_cap_mb, "--memory-cap-mb")
-    _positive(time_limit, "--time-limit")
+    from autotune.pipeline.limits import (
+        MAX_CHUNKS,
+        MAX_MB,
+        MAX_MICRO_BATCHES,
+        MAX_STAGES,
+        MAX_TIME_LIMIT_S,
+        MIN_CAP_MB,
+    )
+
+    _in_range(stages, "--stages", MAX_STAGES)
+    _in_range(chunks, "--chunks", MAX_CHUNKS)
+    _in_range(micro_batches, "--micro-batches", MAX_MICRO_BATCHES)
+    _in_range(memory_cap_mb, "--memory-cap-mb", MAX_MB, MIN_CAP_MB)
+    _in_range(time_limit, "--time-limit", MAX_TIME_LIMIT_S)
     overrides = ShapeOverrides(
         num_stages=stages,
         num_chunks=chunks,

@@ -12,8 +12,12 @@ fix.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from autotune.errors import InputError
 from autotune.pipeline.problem import Problem, ShapeOverrides
+from autotune.specs.base import MAX_FACTOR, MAX_GIB, MAX_SECONDS, MIN_GIB
 
 MAX_STAGES = 128
 MAX_CHUNKS = 64
@@ -22,6 +26,40 @@ MAX_MICRO_BATCHES = 8192
 MAX_SCHEDULE_OPS = 8192
 MAX_BODY_LAYERS = 100_000
 MAX_LAYER_KINDS = 256
+
+# Plausible ranges of the measured numbers, in the formats' units, so that no
+# finite input becomes infinity or NaN once converted to base units (a time
+# of 1e308 ms is infinite in seconds) or makes the MILP's coefficients
+# meaningless. Far outside any real pipeline.
+MAX_MS = MAX_SECONDS * 1e3  # one layer's (head's, tail's) time per micro-batch: an hour
+MIN_LAYER_MS = 1e-6  # a body layer's forward time (the balancer divides by it): 1 ns
+MAX_MB = MAX_GIB * 1024  # memories in the seed tool's MB (MiB): 1 PiB
+MIN_CAP_GIB = MIN_GIB  # a memory cap: 1 MiB
+MIN_CAP_MB = MIN_GIB * 1024
+MAX_COEFFICIENT = MAX_FACTOR  # backward factors and recomputation coefficients
+MAX_TIME_LIMIT_S = 7 * 24 * 3600.0  # a search's wall-time limit: one week
+
+
+def measured(
+    value: Any, *, low: float, high: float, file: str | None, field: str, unit: str
+) -> float:
+    """`value` as a float when it is a finite number from `low` to `high`
+    (inclusive); InputError naming the file, field, value and range otherwise."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise InputError(
+            f"must be a number from {low:g} to {high:g} ({unit})",
+            file=file,
+            field=field,
+            value=value,
+            fix=f"give the measured value in {unit}",
+        )
+    return float(value)
+
 
 # Field names per input format (the flag when the command line set the value).
 _FIELDS = {
@@ -96,3 +134,24 @@ def check_problem_size(
             field="layers",
             fix="merge consecutive layers with equal figures into one kind",
         )
+
+
+def check_layer_counts(value: Any, *, low: int, file: str | None, field: str) -> None:
+    """Every number in `value` (a per-stage list, a list of such lists, or a
+    scalar) must be a whole number from `low` to MAX_BODY_LAYERS; InputError
+    naming the element (`field[i][j]`) and its value otherwise. `true` and
+    `false` are left to the caller."""
+    stack: list[tuple[Any, str]] = [(value, field)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, list):
+            stack.extend((x, f"{where}[{i}]") for i, x in enumerate(item))
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            if not isinstance(item, int) or not low <= item <= MAX_BODY_LAYERS:
+                raise InputError(
+                    f"must be a whole number of layers from {low} to {MAX_BODY_LAYERS}",
+                    file=file,
+                    field=where,
+                    value=item,
+                    fix="give per-stage layer counts as whole numbers",
+                )

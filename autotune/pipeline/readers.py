@@ -99,6 +99,13 @@ def read_pipeline_file(
     if manual_path is not None:
         from autotune.loading import load_mapping
 
+        if not Path(manual_path).is_file():
+            raise InputError(
+                "is not a file",
+                field="--manual",
+                value=str(manual_path),
+                fix="name the YAML file of the seed tool's manual plans (manual1: ...)",
+            )
         sources.append((load_mapping(manual_path), str(manual_path)))
     for source, source_file in sources:
         if read.problem is None:

@@ -14,13 +14,24 @@ least pp micro-batches, so stage s held pp - s micro-batches at its peak).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import Field
 
 from autotune.errors import InputError
 from autotune.pipeline.decompose import Decomposition, Measurement, decompose
+from autotune.pipeline.limits import (
+    MAX_BODY_LAYERS,
+    MAX_COEFFICIENT,
+    MAX_MB,
+    MAX_MICRO_BATCHES,
+    MAX_MS,
+    MAX_STAGES,
+    MIN_CAP_GIB,
+    MIN_LAYER_MS,
+    check_layer_counts,
+    measured,
+)
 from autotune.pipeline.problem import (
     RECOMPUTE_OPTIONS,
     EndBlock,
@@ -36,11 +47,13 @@ from autotune.pipeline.seed_plans import MANUAL_KEY
 from autotune.pipeline.yaml_format import (
     GIB,
     MS,
+    Coefficient,
     PipelineShapeSpec,
     SolverSpec,
     Spec,
     settings_from_spec,
 )
+from autotune.specs.base import MAX_GIB
 
 MIB = float(2**20)
 
@@ -71,16 +84,28 @@ class SeedPlanSpec(Spec):
         description="Plan shape; num_stages defaults to pipeline_config.pipeline_num.",
     )
     num_micro_batches: int | None = Field(
-        default=None, gt=0, description="Micro-batches (when `pipeline` is not given)."
+        default=None,
+        gt=0,
+        le=MAX_MICRO_BATCHES,
+        description="Micro-batches (when `pipeline` is not given). Range: 1 to 8192.",
     )
     memory_cap_gib: float | None = Field(
-        default=None, gt=0, description="Usable device memory per stage, GiB."
+        default=None,
+        ge=MIN_CAP_GIB,
+        le=MAX_GIB,
+        description="Usable device memory per stage, GiB. Range: 2^-10 (1 MiB) to 2^20.",
     )
-    backward_factor: float = Field(default=2.0, ge=0, description="Backward / forward time.")
-    recompute_options: dict[str, float] | None = Field(
+    backward_factor: float = Field(
+        default=2.0,
+        ge=0,
+        le=MAX_COEFFICIENT,
+        description="Backward / forward time. Range: 0 to 1000.",
+    )
+    recompute_options: dict[str, Coefficient] | None = Field(
         default=None,
         description="Options to plan with and their backward-time coefficients (default: "
-        "every option the dry runs measured, with the seed tool's coefficients).",
+        "every option the dry runs measured, with the seed tool's coefficients). "
+        "Range: each 0 to 1000.",
     )
     solver: SolverSpec = Field(default_factory=SolverSpec, description="Solver settings.")
 
@@ -95,6 +120,8 @@ ALL = -1  # `true` in a recompute list: every layer of the stage
 def _rounds(value: Any, file: str, field: str, pp: int, num_rounds: int | None) -> list[list[int]]:
     """Normalise false / true / 0 / a list / a list of lists to per-round
     per-stage lists (ALL marks `true`: every layer)."""
+    low = -MAX_BODY_LAYERS if field.endswith("offset") else 0
+    check_layer_counts(value, low=low, file=file, field=field)
     if value is False or value is None or (value == 0 and not isinstance(value, list)):
         return [[0] * pp for _ in range(num_rounds or 1)]
     if value is True:
@@ -137,7 +164,18 @@ def _need(data: dict, key: str, file: str, where: str, kind: type | tuple = dict
         raise _err("is required", file, f"{where}.{key}" if where else key, fix=f"add `{key}:`")
     value = data[key]
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise _err("has the wrong type", file, f"{where}.{key}" if where else key, value)
+        names = {dict: "a mapping", list: "a list", int: "a whole number"}
+        wanted = " or ".join(
+            names.get(k, "a number") for k in (kind if isinstance(kind, tuple) else (kind,))
+        )
+        wanted = "a number" if kind == (int, float) else wanted
+        raise _err(
+            f"has the wrong type; it must be {wanted}",
+            file,
+            f"{where}.{key}" if where else key,
+            value,
+            fix=f"write {wanted} (see examples/pipeline-seed-format.yaml)",
+        )
     return value
 
 
@@ -146,8 +184,22 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
     pc = _need(data, "pipeline_config", file, "")
     pp = _need(pc, "pipeline_num", file, "pipeline_config", int)
     num_layer = _need(pc, "num_layer", file, "pipeline_config", int)
-    if pp < 2:
-        raise _err("must be at least 2", file, "pipeline_config.pipeline_num", pp)
+    if not 2 <= pp <= MAX_STAGES:
+        raise _err(
+            f"must be from 2 to {MAX_STAGES}",
+            file,
+            "pipeline_config.pipeline_num",
+            pp,
+            fix=f"give the dry run's pipeline stages (2 to {MAX_STAGES})",
+        )
+    if not 1 <= num_layer <= MAX_BODY_LAYERS:
+        raise _err(
+            f"must be from 1 to {MAX_BODY_LAYERS}",
+            file,
+            "pipeline_config.num_layer",
+            num_layer,
+            fix="give the model's transformer layers",
+        )
     offsets = _rounds(pc.get("offset", 0), file, "pipeline_config.offset", pp, None)
     rc = data.get("recompute_config", {}) or {}
     n_rounds = len(offsets)
@@ -187,22 +239,17 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
     out: list[Measurement] = []
 
     def add(r: int, s: int, memory_mb: Any, label: str) -> None:
-        if (
-            not isinstance(memory_mb, (int, float))
-            or isinstance(memory_mb, bool)
-            or not math.isfinite(memory_mb)
-            or memory_mb <= 0
-        ):
-            raise _err("must be a finite positive number of MB", file, label, memory_mb)
+        memory_mb = measured(memory_mb, low=1, high=MAX_MB, file=file, field=label, unit="MB")
         n = base + offsets[r][s]
         full, sel, comm = (
             n if rec[k][r][s] == ALL else rec[k][r][s]
             for k in ("recompute", "select_recompute", "select_comm_recompute")
         )
-        if n <= 0 or min(full, sel, comm) < 0:
+        if not 0 < n <= num_layer or min(full, sel, comm) < 0:
             raise _err(
                 f"stage {s} of round {r} has {n} layers, recompute {full}, select_recompute "
-                f"{sel}, select_comm_recompute {comm}; counts must be >= 0 and layers > 0",
+                f"{sel}, select_comm_recompute {comm}; counts must be >= 0 and layers from 1 "
+                f"to num_layer ({num_layer})",
                 file,
                 "recompute_config",
                 fix="check offset and the recompute lists of that round",
@@ -212,8 +259,8 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
             raise _err(f"stage {s} recomputes more layers than it has ({n})", file, label)
         out.append(Measurement(s, pp, n, full, sel, comm, float(memory_mb) * MIB, label))
 
-    add(0, 0, _need(mu, "head_memory", file, "memory_usage", (int, float)), "head_memory")
-    add(0, pp - 1, _need(mu, "tail_memory", file, "memory_usage", (int, float)), "tail_memory")
+    for key, stage in (("head_memory", 0), ("tail_memory", pp - 1)):
+        add(0, stage, _need(mu, key, file, "memory_usage", (int, float)), f"memory_usage.{key}")
     for r, (sid, mem) in enumerate(zip(ids, mems, strict=True)):
         if not isinstance(sid, list) or not isinstance(mem, list) or len(sid) != len(mem):
             raise _err(
@@ -222,24 +269,19 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
                 f"memory_usage.body_memories (round {r})",
                 fix="pair every stage id with its memory",
             )
-        for s, m in zip(sid, mem, strict=True):
+        where = "memory_usage.body_memories" + (f"[{r}]" if len(mems) > 1 else "")
+        for i, (s, m) in enumerate(zip(sid, mem, strict=True)):
             if not isinstance(s, int) or not 0 <= s < pp:
-                raise _err(f"must be a stage in 0..{pp - 1}", file, "stage_id", s)
-            add(r, s, m, f"round {r} stage {s}")
+                raise _err(f"must be a stage in 0..{pp - 1}", file, f"{where}.stage_id[{i}]", s)
+            add(r, s, m, f"{where}.memories[{i}] (stage {s})")
     return out, pp, num_layer
 
 
-def _number(data: dict, key: str, file: str, where: str) -> float:
+def _number(
+    data: dict, key: str, file: str, where: str, high: float, unit: str, low: float = 0.0
+) -> float:
     value = _need(data, key, file, where, (int, float))
-    if not math.isfinite(value) or value < 0:
-        raise _err(
-            "must be a finite number >= 0",
-            file,
-            f"{where}.{key}",
-            value,
-            fix="give the measured value (times in ms, memories in MB)",
-        )
-    return float(value)
+    return measured(value, low=low, high=high, file=file, field=f"{where}.{key}", unit=unit)
 
 
 def _shape(
@@ -296,9 +338,10 @@ def read_seed_problem(
         )
         return None, settings, dec, tuple(warnings)
     tc = _need(data, "time_config", file, "")
-    times = {k: _number(tc, k, file, "time_config") for k in ("head", "body", "tail")}
-    if times["body"] <= 0:
-        raise _err("must be positive", file, "time_config.body", times["body"])
+    times = {
+        k: _number(tc, k, file, "time_config", MAX_MS, "ms", MIN_LAYER_MS if k == "body" else 0.0)
+        for k in ("head", "body", "tail")
+    }
 
     stages, chunks, micro, schedule, min_layers = _shape(plan, pp_dry, overrides, file)
     if overrides.memory_cap_bytes is not None:

@@ -13,10 +13,17 @@ the file: it comes from the command line, as it did for the seed tool.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from autotune.errors import InputError
+from autotune.pipeline.limits import (
+    MAX_BODY_LAYERS,
+    MAX_COEFFICIENT,
+    MAX_MB,
+    MAX_MS,
+    MIN_LAYER_MS,
+    measured,
+)
 from autotune.pipeline.problem import (
     EndBlock,
     Layer,
@@ -59,26 +66,19 @@ def is_layer_json(data: Any) -> bool:
     )
 
 
-def _num(entry: dict, key: str, file: str, where: str, default: float | None = None) -> float:
+# Plausible range of each kind of number in a layer description.
+_RANGES = {"ms": (0.0, MAX_MS), "MB": (0.0, MAX_MB), "coefficient": (0.0, MAX_COEFFICIENT)}
+
+
+def _num(
+    entry: dict, key: str, file: str, where: str, unit: str, default: float | None = None
+) -> float:
     if key not in entry:
         if default is not None:
             return default
         raise InputError("is required", file=file, field=f"{where}.{key}", fix=f"add `{key}`")
-    value = entry[key]
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise InputError(
-            "must be a finite number >= 0",
-            file=file,
-            field=f"{where}.{key}",
-            value=value,
-            fix="give the measured value (time in ms, memories in MB)",
-        )
-    return float(value)
+    low, high = _RANGES[unit]
+    return measured(entry[key], low=low, high=high, file=file, field=f"{where}.{key}", unit=unit)
 
 
 def read_layer_json(
@@ -114,9 +114,9 @@ def read_layer_json(
         if entry["type"] == "BODY":
             bodies.append((entry, where))
         else:
-            t = _num(entry, "time", file, where) * MS
+            t = _num(entry, "time", file, where, "ms") * MS
             ends[entry["type"]] = EndBlock(
-                t, 2 * t, _num(entry, "memory_parameter", file, where) * MIB
+                t, 2 * t, _num(entry, "memory_parameter", file, where, "MB") * MIB
             )
     if not bodies:
         raise InputError("has no BODY entry", file=file, field="layers_description")
@@ -125,7 +125,7 @@ def read_layer_json(
     for entry, where in bodies:
         for option, key in COEF_KEYS.items():
             if key in entry and MEMORY_KEYS[option] in entry:
-                value = _num(entry, key, file, where)
+                value = _num(entry, key, file, where, "coefficient")
                 stated = True
                 if coefficients.setdefault(option, value) != value:
                     raise InputError(
@@ -138,21 +138,29 @@ def read_layer_json(
     used: set[str] = set()
     for entry, where in bodies:
         count = entry.get("nb_layer")
-        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        if (
+            not isinstance(count, int)
+            or isinstance(count, bool)
+            or not 0 < count <= MAX_BODY_LAYERS
+        ):
             raise InputError(
-                "must be a positive integer", file=file, field=f"{where}.nb_layer", value=count
+                f"must be a whole number from 1 to {MAX_BODY_LAYERS}",
+                file=file,
+                field=f"{where}.nb_layer",
+                value=count,
+                fix="give the number of layers of this kind",
             )
-        t = _num(entry, "time", file, where) * MS
-        if t <= 0:
+        t = _num(entry, "time", file, where, "ms") * MS
+        if t < MIN_LAYER_MS * MS:
             raise InputError(
-                "must be > 0 (a body layer takes time)",
+                f"must be at least {MIN_LAYER_MS:g} ms (a body layer takes time)",
                 file=file,
                 field=f"{where}.time",
                 value=entry.get("time"),
                 fix="fill in the forward time per micro-batch (ms) from the profile",
             )
         acts = {
-            option: _num(entry, key, file, where) * MIB
+            option: _num(entry, key, file, where, "MB") * MIB
             for option, key in MEMORY_KEYS.items()
             if key in entry
         }
@@ -166,7 +174,7 @@ def read_layer_json(
         used.update(acts)
         kind = str(entry.get("name") or f"body{len(layers)}")
         layers += [
-            Layer(kind, t, 2 * t, _num(entry, "memory_parameter", file, where) * MIB, acts)
+            Layer(kind, t, 2 * t, _num(entry, "memory_parameter", file, where, "MB") * MIB, acts)
         ] * count
     options = {o: coefficients.get(o, SEED_COEFFICIENTS[o]) for o in MEMORY_KEYS if o in used}
     warnings = []
@@ -193,7 +201,7 @@ def read_layer_json(
         )
     if "stage_const_mem" not in data:
         warnings.append("no stage_const_mem: constant per-stage memory 0, as the seed tool assumes")
-    const = _num(data, "stage_const_mem", file, "", 0.0) * MIB
+    const = _num(data, "stage_const_mem", file, "", "MB", 0.0) * MIB
     chunks = overrides.num_chunks or 1
     try:
         problem = Problem.from_layers(

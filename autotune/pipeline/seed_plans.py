@@ -20,6 +20,7 @@ from typing import Any
 
 from autotune.errors import InputError
 from autotune.pipeline.assignment import Assignment, layers_in_order
+from autotune.pipeline.limits import MAX_BODY_LAYERS, MAX_CHUNKS, check_layer_counts
 from autotune.pipeline.problem import Problem, ProblemError, Schedule
 
 MANUAL_KEY = re.compile(r"manual(\d+)")
@@ -48,6 +49,8 @@ class ManualPlan:
 
 def _per_chunk(value: Any, v: int, pp: int, file: str, field: str, fill: list[list[int]]):
     """[v][pp] ints from false / true / 0 / a flat list (v = 1) / nested lists."""
+    low = -MAX_BODY_LAYERS if field.endswith("offset") else 0
+    check_layer_counts(value, low=low, file=file, field=field)
     if value is False or value is None or (not isinstance(value, list) and value == 0):
         return [[0] * pp for _ in range(v)]
     if value is True:
@@ -97,8 +100,14 @@ def _read_one(entry: Any, file: str, name: str, problem: Problem) -> ManualPlan:
                 fix=f"use {', '.join(PLAN_KEYS)}",
             )
     v = entry.get("interleave_num", problem.num_chunks)
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise InputError("must be a positive integer", file=file, field=f"{name}.interleave_num")
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_CHUNKS:
+        raise InputError(
+            f"must be a whole number from 1 to {MAX_CHUNKS}",
+            file=file,
+            field=f"{name}.interleave_num",
+            value=v,
+            fix="give the chunks per stage of this plan",
+        )
     try:
         shaped = replace(
             problem,

@@ -7,11 +7,22 @@ Human units are converted here, once: `*_ms` keys are milliseconds (1e-3 s),
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from autotune.pipeline.limits import MAX_CHUNKS, MAX_MICRO_BATCHES, MAX_SCHEDULE_OPS, MAX_STAGES
+from autotune.pipeline.limits import (
+    MAX_BODY_LAYERS,
+    MAX_CHUNKS,
+    MAX_COEFFICIENT,
+    MAX_MICRO_BATCHES,
+    MAX_MS,
+    MAX_SCHEDULE_OPS,
+    MAX_STAGES,
+    MAX_TIME_LIMIT_S,
+    MIN_CAP_GIB,
+    MIN_LAYER_MS,
+)
 from autotune.pipeline.problem import (
     RECOMPUTE_OPTIONS,
     EndBlock,
@@ -23,6 +34,7 @@ from autotune.pipeline.problem import (
     SolverChoice,
     SolverSettings,
 )
+from autotune.specs.base import MAX_GIB
 from autotune.specs.base import Spec as _BaseSpec
 
 
@@ -34,6 +46,10 @@ class Spec(_BaseSpec):
 
 MS = 1e-3
 GIB = float(2**30)
+
+# The values of the per-option mappings (recompute_options, activation_memory_gib).
+Coefficient = Annotated[float, Field(ge=0, le=MAX_COEFFICIENT)]
+MemoryGib = Annotated[float, Field(ge=0, le=MAX_GIB)]
 
 
 class PipelineShapeSpec(Spec):
@@ -60,7 +76,10 @@ class PipelineShapeSpec(Spec):
         description="`1f1b` (needs num_chunks 1) or `interleaved-1f1b` (Megatron order).",
     )
     min_layers_per_chunk: int = Field(
-        default=1, ge=0, description="Fewest body layers a chunk may hold."
+        default=1,
+        ge=0,
+        le=MAX_BODY_LAYERS,
+        description="Fewest body layers a chunk may hold. Range: 0 to 100,000.",
     )
 
     @model_validator(mode="after")
@@ -82,21 +101,36 @@ class PipelineShapeSpec(Spec):
 class MemorySpec(Spec):
     """Device memory budget and what every stage holds regardless of layers."""
 
-    cap_gib: float = Field(gt=0, description="Usable device memory per stage, GiB.")
+    cap_gib: float = Field(
+        ge=MIN_CAP_GIB,
+        le=MAX_GIB,
+        description="Usable device memory per stage, GiB. Range: 2^-10 (1 MiB) to 2^20.",
+    )
     constant_gib: float = Field(
-        ge=0, description="Memory every stage holds besides its layers (buffers, workspace), GiB."
+        ge=0,
+        le=MAX_GIB,
+        description="Memory every stage holds besides its layers (buffers, workspace), GiB. "
+        "Range: 0 to 2^20.",
     )
 
 
 class EndSpec(Spec):
     """The head (embedding, first stage) or the tail (norm, output, loss; last stage)."""
 
-    forward_ms: float = Field(ge=0, description="Forward time per micro-batch, ms.")
+    forward_ms: float = Field(
+        ge=0, le=MAX_MS, description="Forward time per micro-batch, ms. Range: 0 to 3.6e6."
+    )
     backward_factor: float = Field(
-        default=2.0, ge=0, description="Backward time as a multiple of the forward time."
+        default=2.0,
+        ge=0,
+        le=MAX_COEFFICIENT,
+        description="Backward time as a multiple of the forward time. Range: 0 to 1000.",
     )
     memory_gib: float = Field(
-        ge=0, description="Extra memory on its stage (parameters, optimizer, activations), GiB."
+        ge=0,
+        le=MAX_GIB,
+        description="Extra memory on its stage (parameters, optimizer, activations), GiB. "
+        "Range: 0 to 2^20.",
     )
 
 
@@ -104,17 +138,31 @@ class LayerKindSpec(Spec):
     """A run of identical body layers, in model order."""
 
     kind: str = Field(min_length=1, description="Name of the layer kind (dense, moe, mtp, ...).")
-    count: int = Field(gt=0, description="Number of consecutive layers of this kind.")
-    forward_ms: float = Field(gt=0, description="Forward time of one layer per micro-batch, ms.")
+    count: int = Field(
+        gt=0,
+        le=MAX_BODY_LAYERS,
+        description="Number of consecutive layers of this kind. Range: 1 to 100,000.",
+    )
+    forward_ms: float = Field(
+        ge=MIN_LAYER_MS,
+        le=MAX_MS,
+        description="Forward time of one layer per micro-batch, ms. Range: 1e-6 to 3.6e6.",
+    )
     backward_factor: float = Field(
-        default=2.0, ge=0, description="Backward time (no recomputation) / forward time."
+        default=2.0,
+        ge=0,
+        le=MAX_COEFFICIENT,
+        description="Backward time (no recomputation) / forward time. Range: 0 to 1000.",
     )
     parameter_memory_gib: float = Field(
-        ge=0, description="Parameter, gradient and optimizer memory of one layer, GiB."
+        ge=0,
+        le=MAX_GIB,
+        description="Parameter, gradient and optimizer memory of one layer, GiB. Range: 0 to 2^20.",
     )
-    activation_memory_gib: dict[str, float] = Field(
+    activation_memory_gib: dict[str, MemoryGib] = Field(
         description="Activation memory kept per micro-batch by one layer, GiB, for each "
-        "recomputation option this kind may use (keys from recompute_options)."
+        "recomputation option this kind may use (keys from recompute_options). "
+        "Range: each 0 to 2^20."
     )
 
     @model_validator(mode="after")
@@ -124,11 +172,6 @@ class LayerKindSpec(Spec):
                 "activation_memory_gib lists no recomputation option; "
                 "fix: give at least `none: <GiB>`"
             )
-        for name, value in self.activation_memory_gib.items():
-            if value < 0:
-                raise ValueError(
-                    f"activation_memory_gib.{name} is negative ({value}); fix: use a value >= 0"
-                )
         return self
 
 
@@ -138,7 +181,12 @@ class SolverSpec(Spec):
     solver: SolverChoice = Field(
         default=SolverChoice.AUTO, strict=False, description="auto, highs or cbc."
     )
-    time_limit_s: float = Field(default=60.0, gt=0, description="Wall-time limit of the search.")
+    time_limit_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=MAX_TIME_LIMIT_S,
+        description="Wall-time limit of the search, s. Range: above 0 to 604,800 (a week).",
+    )
     relative_gap: float = Field(
         default=1e-3, ge=0, lt=1, description="Stop when the proven gap is at most this."
     )
@@ -149,11 +197,11 @@ class PipelineFileSpec(Spec):
 
     pipeline: PipelineShapeSpec = Field(description="Stages, chunks, micro-batches, schedule.")
     memory: MemorySpec = Field(description="Memory cap and constant memory per stage.")
-    recompute_options: dict[str, float] = Field(
+    recompute_options: dict[str, Coefficient] = Field(
         description="Recomputation options allowed, each with its backward-time coefficient: "
         "backward time = backward_factor * forward * (1 + coefficient). Names from: "
         + ", ".join(RECOMPUTE_OPTIONS)
-        + "."
+        + ". Range: each 0 to 1000."
     )
     head: EndSpec = Field(description="Embedding on the first stage.")
     tail: EndSpec = Field(description="Final norm, output projection and loss on the last stage.")
@@ -162,15 +210,11 @@ class PipelineFileSpec(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> PipelineFileSpec:
-        for name, coef in self.recompute_options.items():
+        for name in self.recompute_options:
             if name not in RECOMPUTE_OPTIONS:
                 raise ValueError(
                     f"recompute_options has unknown option {name!r}; "
                     f"fix: use names from {', '.join(RECOMPUTE_OPTIONS)}"
-                )
-            if coef < 0:
-                raise ValueError(
-                    f"recompute_options.{name} is negative ({coef}); fix: use a value >= 0"
                 )
         seen: set[str] = set()
         for i, kind in enumerate(self.layers):
