@@ -14,7 +14,7 @@ executes."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,18 @@ PLAN_SCHEMA = "meshtune.plan/3"
 #: schemas of earlier versions, and of the search summary it replaced
 OLD_SCHEMAS = ("meshtune.plan/1", "meshtune.plan/2", "meshtune.job-search/1")
 
+# Every number of the document carries a range, so that a document read back
+# (`export`, `verify`) cannot bring an absurd value into arithmetic: counts
+# and sizes are whole numbers from 0 to 2^53 (exact in a double); quantities
+# (seconds, bytes, FLOPs, ratios) are finite and at most 1e30 in magnitude,
+# far above any training step's. Degrees and mesh sides are narrower
+# (`Degree`).
+MAX_COUNT = 2**53
+MAX_MAGNITUDE = 1e30
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Real = Annotated[float, Field(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
+Degree = Annotated[int, Field(ge=1, le=2**24)]
+
 
 class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
@@ -32,19 +44,19 @@ class _Doc(BaseModel):
 class BreakdownDoc(_Doc):
     """Where time goes, seconds."""
 
-    total_s: float = Field(description="Critical-path time.")
-    compute_s: float = Field(description="Local GEMM time.")
-    launch_s: float = Field(description="Collective launch overheads (hidden or not).")
-    sync_s: float = Field(description="Per-step synchronisation (hidden or not).")
-    transfer_s: float = Field(description="Bytes over links (hidden or not).")
-    exposed_comm_s: float = Field(description="total_s - compute_s: communication not hidden.")
+    total_s: Real = Field(description="Critical-path time.")
+    compute_s: Real = Field(description="Local GEMM time.")
+    launch_s: Real = Field(description="Collective launch overheads (hidden or not).")
+    sync_s: Real = Field(description="Per-step synchronisation (hidden or not).")
+    transfer_s: Real = Field(description="Bytes over links (hidden or not).")
+    exposed_comm_s: Real = Field(description="total_s - compute_s: communication not hidden.")
 
 
 class TensorDoc(_Doc):
     """How one logical tensor is sharded."""
 
     name: Literal["input", "weight", "output"] = Field(description="X, W or Y of Y = X @ W.")
-    shape: list[int] = Field(description="Logical 2D shape.")
+    shape: list[Count] = Field(description="Logical 2D shape.")
     dims: list[str] = Field(description="Names of the two dims.")
     partition_spec: list[str] = Field(
         description="Mesh axis per tensor dim, as jax.sharding.PartitionSpec(*partition_spec)."
@@ -60,19 +72,19 @@ class CollectiveDoc(_Doc):
 
     op: str
     axis: Literal["row", "col"]
-    ring_size: int
-    shard_bytes: float
-    count: int
-    bytes_sent_per_chip: float
+    ring_size: Count
+    shard_bytes: Real
+    count: Count
+    bytes_sent_per_chip: Real
 
 
 class PhysicalGemmDoc(_Doc):
     """The GEMM as it executes on the untransposed mesh."""
 
     dataflow: Literal["OS", "LS", "RS"]
-    m: int
-    n: int
-    k: int
+    m: Count
+    n: Count
+    k: Count
 
 
 class GemmDoc(_Doc):
@@ -88,16 +100,16 @@ class GemmDoc(_Doc):
     transposed: bool = Field(
         description="Transposed variant: plain schedule on the transposed mesh."
     )
-    m: int = Field(description="Output rows.")
-    n: int = Field(description="Output columns.")
-    k: int = Field(description="Contraction size.")
+    m: Count = Field(description="Output rows.")
+    n: Count = Field(description="Output columns.")
+    k: Count = Field(description="Contraction size.")
     executed_as: PhysicalGemmDoc
-    num_slices: int = Field(description="MeshSlice slice count S.")
-    valid_slice_counts: list[int]
-    time_s: float = Field(description="Predicted time of one execution.")
-    prologue_s: float
-    steady_s: float
-    epilogue_s: float
+    num_slices: Count = Field(description="MeshSlice slice count S.")
+    valid_slice_counts: list[Count]
+    time_s: Real = Field(description="Predicted time of one execution.")
+    prologue_s: Real
+    steady_s: Real
+    epilogue_s: Real
     breakdown: BreakdownDoc
     collectives: list[CollectiveDoc]
 
@@ -106,15 +118,15 @@ class LayerDoc(_Doc):
     """One FC layer."""
 
     name: str
-    in_features: int
-    out_features: int
-    tokens: int
-    count_per_step: int = Field(description="Executions per step on one chip.")
+    in_features: Count
+    out_features: Count
+    tokens: Count
+    count_per_step: Count = Field(description="Executions per step on one chip.")
     stationary: Literal["X", "W", "Y"]
     transposed: bool
     size_rule_stationary: Literal["X", "W", "Y"]
-    time_per_step_s: float
-    exposed_comm_per_step_s: float
+    time_per_step_s: Real
+    exposed_comm_per_step_s: Real
     tensors: list[TensorDoc]
     gemms: list[GemmDoc]
 
@@ -123,28 +135,28 @@ class TransposeDoc(_Doc):
     """A transpose the dataflow choice forces (per block, forward and backward)."""
 
     where: str
-    rows: int
-    cols: int
+    rows: Count
+    cols: Count
 
 
 class MeshDoc(_Doc):
     """The chosen logical mesh."""
 
-    num_rows: int
-    num_cols: int
-    num_chips: int
+    num_rows: Degree
+    num_cols: Degree
+    num_chips: Degree
     axis_names: list[str] = Field(description="Names used in partition specs: [row, col].")
-    block_size: int = Field(description="Slicing block b.")
+    block_size: Degree = Field(description="Slicing block b.")
     residual_stream_transposed: bool
 
 
 class CandidateDoc(_Doc):
     """A mesh shape the search considered (ranked)."""
 
-    num_rows: int
-    num_cols: int
+    num_rows: Count
+    num_cols: Count
     feasible: bool
-    step_fc_time_s: float | None
+    step_fc_time_s: Real | None
     stationaries: str | None
     reason: str | None
 
@@ -152,9 +164,9 @@ class CandidateDoc(_Doc):
 class ComparisonDoc(_Doc):
     """The paper's size rule next to the chosen dataflow policy."""
 
-    size_rule_mesh: list[int] | None
-    size_rule_step_fc_time_s: float | None
-    size_rule_same_mesh_step_fc_time_s: float | None
+    size_rule_mesh: list[Count] | None
+    size_rule_step_fc_time_s: Real | None
+    size_rule_same_mesh_step_fc_time_s: Real | None
     differing_layers: list[str]
     note: str | None
 
@@ -163,11 +175,11 @@ class AxisDoc(_Doc):
     """The physical resource one mesh axis runs on."""
 
     axis: Literal["row", "col"] = Field(description="Mesh axis.")
-    size: int = Field(description="Chips along it.")
+    size: Count = Field(description="Chips along it.")
     kind: str = Field(description="torus, switched, fully_connected, scale_out or axis.")
     resource: str = Field(description="Resource name; axes naming the same one share it.")
-    link_multiplier: float = Field(description="Calibrated unit links the axis gets.")
-    nominal_bytes_per_s: float | None = Field(description="Data-sheet bandwidth it gets.")
+    link_multiplier: Real = Field(description="Calibrated unit links the axis gets.")
+    nominal_bytes_per_s: Real | None = Field(description="Data-sheet bandwidth it gets.")
     spans_nodes: bool = Field(description="Whether it crosses nodes (bounded by the NIC).")
     description: str = Field(description="In words.")
 
@@ -175,11 +187,11 @@ class AxisDoc(_Doc):
 class OneDDoc(_Doc):
     """The best 2D mesh against the best 1D (1 x P or P x 1) mesh."""
 
-    two_d_mesh: list[int] | None
-    two_d_step_fc_time_s: float | None
-    one_d_mesh: list[int] | None
-    one_d_step_fc_time_s: float | None
-    two_d_speedup: float | None = Field(description="1D time / 2D time (> 1: 2D is faster).")
+    two_d_mesh: list[Count] | None
+    two_d_step_fc_time_s: Real | None
+    one_d_mesh: list[Count] | None
+    one_d_step_fc_time_s: Real | None
+    two_d_speedup: Real | None = Field(description="1D time / 2D time (> 1: 2D is faster).")
     note: str | None
 
 
@@ -188,12 +200,12 @@ class FcDoc(_Doc):
     transposes the dataflows force, every mesh of this tensor-parallel size
     ranked by FC time, and the size-rule and 1D comparisons."""
 
-    step_fc_time_s: float
-    fc_flops_per_step: float
-    flop_utilization: float | None
-    peak_flops_per_s: float | None
-    transposes_per_block: int
-    transpose_s_per_step: float
+    step_fc_time_s: Real
+    fc_flops_per_step: Real
+    flop_utilization: Real | None
+    peak_flops_per_s: Real | None
+    transposes_per_block: Count
+    transpose_s_per_step: Real
     breakdown: BreakdownDoc
     transposes: list[TransposeDoc]
     mesh_candidates: list[CandidateDoc]
@@ -205,40 +217,40 @@ class FcDoc(_Doc):
 class ConfigurationDoc(_Doc):
     """The chosen configuration: every parallel degree and the step's shape."""
 
-    num_chips: int = Field(description="Chips of the cluster: tensor x pipeline x data.")
-    tensor_parallel: int = Field(description="Chips of one tensor-parallel group.")
-    tensor_mesh: list[int] = Field(description="[rows, cols] of the tensor mesh (1D: [1, N]).")
+    num_chips: Degree = Field(description="Chips of the cluster: tensor x pipeline x data.")
+    tensor_parallel: Degree = Field(description="Chips of one tensor-parallel group.")
+    tensor_mesh: list[Count] = Field(description="[rows, cols] of the tensor mesh (1D: [1, N]).")
     fc_algorithm: Literal["meshslice", "megatron-1d"]
     sequence_parallel: bool = Field(description="Activations outside the FC layers split.")
-    pipeline_parallel: int
-    interleave: int = Field(description="Model chunks per stage (1: plain 1F1B).")
-    data_parallel: int
-    zero_stage: int
-    micro_batch_size: int = Field(description="Sequences per micro-batch.")
-    micro_batches: int = Field(description="Micro-batches per step and replica.")
+    pipeline_parallel: Degree
+    interleave: Degree = Field(description="Model chunks per stage (1: plain 1F1B).")
+    data_parallel: Degree
+    zero_stage: Count
+    micro_batch_size: Degree = Field(description="Sequences per micro-batch.")
+    micro_batches: Degree = Field(description="Micro-batches per step and replica.")
     recompute: str = Field(description="none, selective, full, or per-stage (see pipeline).")
     layer_split: Literal["even", "balanced"] = Field(
         description="even: Megatron-LM's even split; balanced: the pipeline balancer's."
     )
     attention: Literal["flash", "unfused"]
     dtype: str
-    global_batch_sequences: int
-    sequence_length: int
+    global_batch_sequences: Degree
+    sequence_length: Degree
     pinned: list[str] = Field(description="Degrees the plan file pinned.")
 
 
 class LevelDoc(_Doc):
     """One resource a parallel axis's groups cross."""
 
-    size: int = Field(description="Chips of a group on this resource.")
+    size: Count = Field(description="Chips of a group on this resource.")
     kind: str = Field(
         description="Calibration key of its links: torus, switched, fully_connected, "
         "scale_out, dcn, axis (per-axis calibrated rings) or cluster (the cluster file's "
         "own figures)."
     )
     resource: str = Field(description="Resource name; axes naming the same one share it.")
-    link_multiplier: float = Field(description="Unit links the group drives at once.")
-    nominal_bytes_per_s: float | None = Field(description="Data-sheet bandwidth it gets.")
+    link_multiplier: Real = Field(description="Unit links the group drives at once.")
+    nominal_bytes_per_s: Real | None = Field(description="Data-sheet bandwidth it gets.")
     description: str
 
 
@@ -246,10 +258,10 @@ class AxisLayoutDoc(_Doc):
     """One parallel axis on the hardware."""
 
     axis: Literal["tensor_col", "tensor_row", "data", "pipeline"]
-    size: int
-    stride: int = Field(description="Rank distance between neighbours of a group.")
+    size: Count
+    stride: Count = Field(description="Rank distance between neighbours of a group.")
     spans_nodes: bool = Field(description="Whether groups cross nodes (NICs) or slices (DCN).")
-    dcn_size: int = Field(description="Chips of a group in different slices (1: none).")
+    dcn_size: Count = Field(description="Chips of a group in different slices (1: none).")
     levels: list[LevelDoc] = Field(description="Resources crossed, innermost first.")
     description: str
 
@@ -264,20 +276,20 @@ class LayoutDoc(_Doc):
 class StageDoc(_Doc):
     """One pipeline stage: its layers per model chunk and their recomputation."""
 
-    stage: int
-    layers: int
-    layers_per_chunk: list[int] = Field(description="Blocks of each local chunk, in order.")
-    recompute: dict[str, int] = Field(description="Blocks per recomputation mode.")
+    stage: Count
+    layers: Count
+    layers_per_chunk: list[Count] = Field(description="Blocks of each local chunk, in order.")
+    recompute: dict[str, Count] = Field(description="Blocks per recomputation mode.")
 
 
 class PipelineDoc(_Doc):
     """How the layers are cut into stages and scheduled."""
 
     schedule: Literal["1f1b", "interleaved"]
-    num_micro_batches: int
+    num_micro_batches: Count
     layer_split: Literal["even", "balanced"]
     stages: list[StageDoc]
-    even_split_step_s: float | None = Field(
+    even_split_step_s: Real | None = Field(
         description="The same configuration's step with the even split (balanced plans)."
     )
     balancer_status: str | None = Field(description="The pipeline ILP's solver status.")
@@ -289,62 +301,62 @@ class TimePartDoc(_Doc):
 
     name: str
     key: str = Field(description="Stable key of the part.")
-    time_s: float
-    share: float = Field(description="time_s / step_s.")
+    time_s: Real
+    share: Real = Field(description="time_s / step_s.")
 
 
 class LayerTimesDoc(_Doc):
     """One block, one micro-batch, one chip, seconds."""
 
-    fc_forward_s: float
-    fc_backward_s: float
-    fc_exposed_comm_s: float
-    attention_forward_s: float
-    attention_backward_s: float
-    elementwise_forward_s: float
-    elementwise_backward_s: float
-    recompute_s: dict[str, float] = Field(description="Extra backward seconds per mode.")
-    activation_bytes: dict[str, float] = Field(description="Bytes kept per mode.")
+    fc_forward_s: Real
+    fc_backward_s: Real
+    fc_exposed_comm_s: Real
+    attention_forward_s: Real
+    attention_backward_s: Real
+    elementwise_forward_s: Real
+    elementwise_backward_s: Real
+    recompute_s: dict[str, Real] = Field(description="Extra backward seconds per mode.")
+    activation_bytes: dict[str, Real] = Field(description="Bytes kept per mode.")
 
 
 class StageMemoryDoc(_Doc):
     """Peak memory of one pipeline stage on one chip, bytes."""
 
-    stage: int
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    buffers_bytes: float = Field(
+    stage: Count
+    weights_bytes: Real
+    gradients_bytes: Real
+    optimizer_bytes: Real
+    activations_bytes: Real
+    buffers_bytes: Real = Field(
         description="Gathered FC slices, ZeRO-3's gathered block, a recomputed block, logits."
     )
-    workspace_bytes: float
-    reserve_bytes: float = Field(description="Kept free for allocator fragmentation.")
-    total_bytes: float
-    capacity_bytes: float
-    headroom_bytes: float
-    busy_s: float = Field(description="Seconds of work on the stage per step.")
-    data_parallel_comm_s: float
-    data_parallel_exposed_s: float
-    optimizer_s: float
+    workspace_bytes: Real
+    reserve_bytes: Real = Field(description="Kept free for allocator fragmentation.")
+    total_bytes: Real
+    capacity_bytes: Real
+    headroom_bytes: Real
+    busy_s: Real = Field(description="Seconds of work on the stage per step.")
+    data_parallel_comm_s: Real
+    data_parallel_exposed_s: Real
+    optimizer_s: Real
 
 
 class PredictionsDoc(_Doc):
     """The whole training step of the chosen configuration."""
 
-    step_s: float
-    tokens_per_s: float
-    model_flops_per_step: float
-    hardware_flops_per_step: float
-    mfu: float | None
-    hfu: float | None
-    bubble_fraction: float = Field(description="(pp * makespan - busy) / busy over all stages.")
-    breakdown_stage: int = Field(description="The stage whose time the breakdown follows.")
+    step_s: Real
+    tokens_per_s: Real
+    model_flops_per_step: Real
+    hardware_flops_per_step: Real
+    mfu: Real | None
+    hfu: Real | None
+    bubble_fraction: Real = Field(description="(pp * makespan - busy) / busy over all stages.")
+    breakdown_stage: Count = Field(description="The stage whose time the breakdown follows.")
     breakdown: list[TimePartDoc] = Field(description="Parts of the step; they add up to it.")
     layer: LayerTimesDoc
     memory: list[StageMemoryDoc]
-    peak_memory_bytes: float
-    usable_memory_bytes: float = Field(description="HBM less the reserve and the workspace.")
+    peak_memory_bytes: Real
+    usable_memory_bytes: Real = Field(description="HBM less the reserve and the workspace.")
     fits: bool
     expected_error: dict | None = Field(
         description="The calibration's held-out relative errors (null when it records none)."
@@ -354,13 +366,13 @@ class PredictionsDoc(_Doc):
 class ConfigSummaryDoc(_Doc):
     """A configuration in one line's worth of keys."""
 
-    tensor_mesh: list[int]
-    pipeline_parallel: int
-    interleave: int
-    data_parallel: int
-    zero_stage: int
-    micro_batch_size: int
-    micro_batches: int
+    tensor_mesh: list[Count]
+    pipeline_parallel: Degree
+    interleave: Degree
+    data_parallel: Degree
+    zero_stage: Count
+    micro_batch_size: Degree
+    micro_batches: Degree
     recompute: str
 
 
@@ -368,11 +380,11 @@ class AlternativeDoc(_Doc):
     """Another configuration and what it loses to."""
 
     configuration: ConfigSummaryDoc
-    step_s: float
-    slower_by_s: float
+    step_s: Real
+    slower_by_s: Real
     loses_to: str = Field(description="The part in which it exceeds the chosen one most.")
-    loses_s: float
-    peak_memory_bytes: float
+    loses_s: Real
+    peak_memory_bytes: Real
     fits: bool
 
 
@@ -380,9 +392,9 @@ class BetterDoc(_Doc):
     """A configuration faster than a pinned plan (the free search's best)."""
 
     configuration: ConfigSummaryDoc
-    step_s: float
-    speedup: float = Field(description="Pinned step / this step.")
-    peak_memory_bytes: float
+    step_s: Real
+    speedup: Real = Field(description="Pinned step / this step.")
+    peak_memory_bytes: Real
 
 
 class RefusedDoc(_Doc):
@@ -396,18 +408,18 @@ class RefusedDoc(_Doc):
 class SearchDoc(_Doc):
     """The search's own figures."""
 
-    candidates: int
-    pruned_by_memory_bound: int
-    refused_by_fc_planner: int
-    priced: int = Field(description="Priced exactly by the step model.")
-    pruned_by_step_bound: int = Field(
+    candidates: Count
+    pruned_by_memory_bound: Count
+    refused_by_fc_planner: Count
+    priced: Count = Field(description="Priced exactly by the step model.")
+    pruned_by_step_bound: Count = Field(
         description="Left unpriced: their step lower bound could not beat the kept ones."
     )
-    fit: int
-    balanced_by_ilp: int
-    ilp_unproved: int = Field(description="Balancer solves that proved no plan in time.")
+    fit: Count
+    balanced_by_ilp: Count
+    ilp_unproved: Count = Field(description="Balancer solves that proved no plan in time.")
     proved_best: bool = Field(description="No configuration left could beat the chosen one.")
-    elapsed_s: float
+    elapsed_s: Real
     tie_break: str
     refused: list[RefusedDoc] = Field(description="Refused degree values (first 50).")
 
