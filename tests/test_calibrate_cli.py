@@ -179,7 +179,7 @@ BAD_INPUTS = {
         (Path(__file__).parent / "fixtures/nccl/all_gather_8gpu_v2.18.txt")
         .read_text()
         .replace("   35.51", "    0.00"),
-        r"bad\.csv:\d+: time: got '0.00'; must be > 0",
+        r"bad\.csv:\d+: time: got '0.00'; must be a time from 0.001 to 3.6e\+09 microseconds",
     ),
 }
 

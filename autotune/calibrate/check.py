@@ -103,9 +103,16 @@ def check(
     rows: list[CheckRow] = []
     for path in paths:
         parsed = read_input(path, axes)
+        # a log line stands for every mesh axis asked for; where the
+        # calibration prices those axes with one entry (switched, scale_out),
+        # the line is one prediction, listed once
+        listed: set[tuple[int, str]] = set()
         for s in parsed.collectives:
             link, key, links = _entry(calibration, parsed.resource, s.op.value, s.axis.value)
             what = f"{s.op.value}.{key} P={s.ring_size} shard {_mib(s.shard_bytes)}"
+            if (s.line, what) in listed:
+                continue
+            listed.add((s.line, what))
             if link is None:
                 rows.append(
                     CheckRow(

@@ -39,7 +39,7 @@ def detect_chip(
     warnings: list[str] = []
     devices = sorted({d for f in files for d in f.device_names})
     if chip_ref is not None:
-        chip = load_chip(chip_ref)
+        chip = load_chip(chip_ref, field="--chip")
         found = {match_chip(d) for d in devices} - {None}
         if found and found != {chip.name}:
             warnings.append(

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from autotune.calibrate.samples import CollectiveSample, ParsedFile
 from autotune.errors import InputError
+from autotune.specs.base import MAX_SECONDS
 from cost_models import Axis, CollectiveOp
 
 #: nccl-tests binary stem -> the operation it measures
@@ -197,6 +198,13 @@ def _piece(op: CollectiveOp, size_bytes: int, num_ranks: int) -> tuple[int, floa
     return num_ranks, size_bytes / num_ranks
 
 
+# Plausible range of one collective's time in a log, microseconds: a
+# nanosecond to an hour (MAX_SECONDS); a time that rounds to zero seconds
+# would make its bandwidth infinite.
+MIN_TIME_US = 1e-3
+MAX_TIME_US = MAX_SECONDS * 1e6
+
+
 def _time_us(cells: list[str], columns: list[str], *, file: str, line: int) -> float | None:
     """The smaller of the out-of-place and in-place times (both time the
     same collective moving the same bytes; a spike in one of them is
@@ -237,9 +245,9 @@ def _group_time_us(
                 value=text,
                 fix="paste the nccl-tests table unchanged",
             ) from None
-        if value <= 0:
+        if not MIN_TIME_US <= value <= MAX_TIME_US:
             raise InputError(
-                "must be > 0",
+                f"must be a time from {MIN_TIME_US:g} to {MAX_TIME_US:g} microseconds",
                 file=file,
                 line=line,
                 field=columns[i],

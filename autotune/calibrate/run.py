@@ -86,7 +86,7 @@ def calibrate(
     from autotune.loading import load_calibration
 
     files = [read_input(p, axes) for p in paths]
-    base = load_calibration(base_ref)[0] if base_ref else None
+    base = load_calibration(base_ref, field="--base")[0] if base_ref else None
     chip, chip_reason, chip_warnings = detect_chip(files, chip_ref)
     # rows inconsistent with their group are reported and left out of every fit
     collectives, excluded = screen_collectives([s for f in files for s in f.collectives])

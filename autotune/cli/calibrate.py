@@ -193,7 +193,7 @@ def _check(cal_ref: str, files: tuple[str, ...], axes: tuple, fmt: str) -> None:
     from autotune.calibrate.check import check, to_dict
     from autotune.loading import load_calibration
 
-    calibration, shown = load_calibration(cal_ref)
+    calibration, shown = load_calibration(cal_ref, field="--check")
     result = check(calibration, shown, list(files), axes)
     if fmt == "json":
         click.echo(json.dumps(to_dict(result), indent=2))
@@ -207,7 +207,7 @@ def _chip_of_cluster(cluster_ref: str, chip_ref: str | None) -> str:
     """The chip preset a cluster names (it must name one, and agree with --chip)."""
     from autotune.loading import load_cluster_spec
 
-    cluster, _ = load_cluster_spec(cluster_ref)
+    cluster, _ = load_cluster_spec(cluster_ref, field="--cluster")
     if cluster.chip is None:
         raise InputError(
             "names no chip preset",

@@ -21,11 +21,12 @@ def _load_preset(name: str) -> ChipSpec:
     return load_chip_spec(name)
 
 
-def load_chip(name_or_path: str | Path) -> ChipSpec:
+def load_chip(name_or_path: str | Path, field: str = "chip") -> ChipSpec:
     """A chip preset by name (see `chip_names()`) or a chip YAML file;
-    InputError naming the presets when it is neither."""
+    InputError naming the presets (and `field`, the key or option that
+    named it) when it is neither."""
     ref = str(name_or_path)
-    return _load_preset(ref) if ref in chip_names() else load_chip_spec(ref)
+    return _load_preset(ref) if ref in chip_names() else load_chip_spec(ref, field=field)
 
 
 def match_chip(device_text: str) -> str | None:
