@@ -114,7 +114,12 @@ def decompose(ms: list[Measurement], *, file: str | None = None) -> Decompositio
     """Solve for the per-layer memories; raise InputError when the
     measurements cannot determine them (naming a measurement that would)."""
     if not ms:
-        raise InputError("has no measured stage", file=file, field="memory_usage")
+        raise InputError(
+            "has no measured stage",
+            file=file,
+            field="memory_usage",
+            fix="give the dry run's head_memory, tail_memory and body_memories",
+        )
     names = _unknowns(ms)
     a = np.array([_row(m, names) for m in ms], dtype=float)
     b = np.array([m.memory_bytes for m in ms], dtype=float)

@@ -72,6 +72,7 @@ def read_pipeline_file(
         raise InputError(
             "must be a mapping (meshtune's YAML, the seed tool's init YAML) or a layer description",
             file=file,
+            fix="see examples/pipeline-llama-pp8.yaml or examples/pipeline-seed-format.yaml",
         )
     elif is_seed_format(data):
         from autotune.pipeline.seed_format import read_seed_problem

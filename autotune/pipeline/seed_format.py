@@ -256,7 +256,12 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
             )
         sel, comm = max(sel, full), max(comm, full)
         if max(sel, comm) > n:
-            raise _err(f"stage {s} recomputes more layers than it has ({n})", file, label)
+            raise _err(
+                f"stage {s} of round {r} recomputes {max(sel, comm)} layers but has {n}",
+                file,
+                "recompute_config",
+                fix="recompute at most the stage's layers (offset added to num_layer / pp)",
+            )
         out.append(Measurement(s, pp, n, full, sel, comm, float(memory_mb) * MIB, label))
 
     for key, stage in (("head_memory", 0), ("tail_memory", pp - 1)):
@@ -272,7 +277,13 @@ def measurements(data: dict[str, Any], file: str) -> tuple[list[Measurement], in
         where = "memory_usage.body_memories" + (f"[{r}]" if len(mems) > 1 else "")
         for i, (s, m) in enumerate(zip(sid, mem, strict=True)):
             if not isinstance(s, int) or not 0 <= s < pp:
-                raise _err(f"must be a stage in 0..{pp - 1}", file, f"{where}.stage_id[{i}]", s)
+                raise _err(
+                    f"must be a stage in 0..{pp - 1}",
+                    file,
+                    f"{where}.stage_id[{i}]",
+                    s,
+                    fix=f"give stage ids from 0 to {pp - 1}",
+                )
             add(r, s, m, f"{where}.memories[{i}] (stage {s})")
     return out, pp, num_layer
 

@@ -110,6 +110,7 @@ def read_layer_json(
                 file=file,
                 field=f"{where}.type",
                 value=entry.get("type") if isinstance(entry, dict) else entry,
+                fix='give every entry "type": "HEAD", "BODY" or "TAIL" (the seed tool\'s layers)',
             )
         if entry["type"] == "BODY":
             bodies.append((entry, where))
@@ -119,7 +120,12 @@ def read_layer_json(
                 t, 2 * t, _num(entry, "memory_parameter", file, where, "MB") * MIB
             )
     if not bodies:
-        raise InputError("has no BODY entry", file=file, field="layers_description")
+        raise InputError(
+            "has no BODY entry",
+            file=file,
+            field="layers_description",
+            fix='add the transformer layers as an entry with "type": "BODY"',
+        )
     coefficients: dict[str, float] = {}
     stated = False
     for entry, where in bodies:
@@ -133,6 +139,7 @@ def read_layer_json(
                         "meshtune uses one coefficient per option",
                         file=file,
                         field=f"{where}.{key}",
+                        fix="give every body kind the same coefficient for this option",
                     )
     layers: list[Layer] = []
     used: set[str] = set()

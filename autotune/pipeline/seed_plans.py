@@ -90,7 +90,12 @@ def read_manual_plans(data: dict[str, Any], file: str, problem: Problem) -> list
 
 def _read_one(entry: Any, file: str, name: str, problem: Problem) -> ManualPlan:
     if not isinstance(entry, dict):
-        raise InputError("must be a mapping of the plan's lists", file=file, field=name)
+        raise InputError(
+            "must be a mapping of the plan's lists",
+            file=file,
+            field=name,
+            fix="give offset and the recompute lists under it (see the seed tool's manual_demo)",
+        )
     for key in entry:
         if key not in PLAN_KEYS:
             raise InputError(
@@ -115,7 +120,13 @@ def _read_one(entry: Any, file: str, name: str, problem: Problem) -> ManualPlan:
             schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B,
         )
     except ProblemError as exc:
-        raise InputError(str(exc), file=file, field=f"{name}.interleave_num", value=v) from None
+        raise InputError(
+            str(exc),
+            file=file,
+            field=f"{name}.interleave_num",
+            value=v,
+            fix="use a chunk count the model's layers and micro-batches allow",
+        ) from None
     pp = shaped.num_stages
     base = shaped.num_layers // shaped.num_virtual
     offset = _per_chunk(entry.get("offset", 0), v, pp, file, f"{name}.offset", [])
@@ -181,6 +192,7 @@ def _read_one(entry: Any, file: str, name: str, problem: Problem) -> ManualPlan:
                         f"gives {option} recomputation to {grp.kind} layers, which may not use it",
                         file=file,
                         field=name,
+                        fix=f"drop {option} from that chunk or measure it for {grp.kind} layers",
                     )
                 row[g][names.index(option)] += take
                 left[g] -= take
