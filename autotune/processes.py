@@ -6,11 +6,29 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 # The name of a thread that runs an in-process solver (HiGHS). Interrupted,
 # the solver stops at its next interrupt check, which can take a second; the
 # interpreter's shutdown must not wait for it or tear down its memory under it.
 SOLVER_THREAD = "meshtune-solver"
+
+
+def process_age_s() -> float:
+    """Seconds since this process started: Linux's /proc/self/stat start
+    time (clock ticks after boot) against the boot clock, to 10 ms; 0.0
+    where the system does not say (the interpreter's start-up, a few tenths
+    of a second, is then not counted)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+        # the fields after the command name (which may hold spaces) start
+        # with field 3; the start time is field 22
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    return age_s if 0.0 <= age_s < 86_400.0 else 0.0
 
 
 def usable_cores() -> int:

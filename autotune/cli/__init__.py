@@ -12,7 +12,13 @@ from typing import Any
 import click
 
 from autotune import __version__
-from autotune.cli.common import fail, interrupted, signals_handled, usage_error
+from autotune.cli.common import (
+    fail,
+    interrupted,
+    note_command_start,
+    signals_handled,
+    usage_error,
+)
 from autotune.errors import MeshtuneError
 
 # name -> "module:attribute"; each module defines one click command.
@@ -48,6 +54,7 @@ class LazyGroup(click.Group):
         """Run the CLI with one error format for everything, click's usage
         errors included, and SIGTERM handled like Ctrl-C (exit 143)."""
         standalone = extra.pop("standalone_mode", True)
+        note_command_start(as_program=args is None)
         with signals_handled():
             try:
                 result = super().main(args, prog_name or "meshtune", standalone_mode=False, **extra)

@@ -12,6 +12,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -59,6 +60,28 @@ class WrittenNumber(click.ParamType):
 
 
 WRITTEN_NUMBER = WrittenNumber()
+
+
+# time.perf_counter() when the running command started (see note_command_start)
+_command_started_s: float | None = None
+
+
+def note_command_start(as_program: bool) -> None:
+    """Record when this command started: run as a program (`meshtune ...`),
+    when its process started, so that a time limit counts the interpreter's
+    start-up and imports too; called in-process (tests, a caller's
+    `main([...])`), now."""
+    global _command_started_s
+    from autotune.processes import process_age_s
+
+    now = time.perf_counter()
+    _command_started_s = now - (process_age_s() if as_program else 0.0)
+
+
+def command_started_s() -> float:
+    """time.perf_counter() when the running command started (now, when no
+    command has started)."""
+    return time.perf_counter() if _command_started_s is None else _command_started_s
 
 
 def fail(line: str, code: int) -> None:

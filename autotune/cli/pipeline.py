@@ -8,6 +8,10 @@ import click
 
 from autotune.cli.common import WRITTEN_NUMBER, OutputPath, format_option, guarded
 
+# Seconds kept at the end of a time limit for the report, the JSON and the
+# timeline (tenths of a second at the largest schedules).
+OUTPUT_S = 0.3
+
 
 def _in_range(value: float | None, flag: str, high: float, low: float = 0.0) -> None:
     """InputError naming `flag` unless `value` is None or a finite number
@@ -61,8 +65,9 @@ def _in_range(value: float | None, flag: str, high: float, low: float = 0.0) -> 
     type=WRITTEN_NUMBER,
     default=None,
     metavar="S",
-    help="Search limit, s (the file's, else 60); under 60 s the plan search's budget "
-    "shrinks in proportion, so it fits.",
+    help="Time limit of the whole command, s, from its start (the file's, else 60; up to a "
+    "week): it ends within the limit + 1 s, or its first plan + 1 s when that takes longer. "
+    "Under 60 s the plan search's budget shrinks in proportion, so it fits.",
 )
 @click.option(
     "--manual",
@@ -147,9 +152,15 @@ def pipeline(
             click.echo(text)
         return
 
+    # The time limit counts from the command's start (its process's, run as
+    # `meshtune`): the search ends early enough for the final polish and the
+    # output to fit in it too (docs/reliability.md, "Input limits").
+    from autotune.cli.common import command_started_s
+    from autotune.pipeline.balance import POLISH_GRACE_S
     from autotune.render_progress import progress
 
-    settings = replace(read.settings, verbose=verbose)
+    deadline_s = command_started_s() + read.settings.time_limit_s - POLISH_GRACE_S - OUTPUT_S
+    settings = replace(read.settings, verbose=verbose, deadline_s=deadline_s)
     with progress(f"balancing {spec_file} (solving the stage-assignment ILP)"):
         result = balance(read.problem, settings)
     for warning in result.warnings:

@@ -22,6 +22,7 @@ from autotune.pipeline.assignment import (
     uniform_assignment,
 )
 from autotune.pipeline.deadline import (
+    MIN_SOLVE_S,
     TimeBox,
     clock_cuts,
     deadline_of_whole_call,
@@ -268,7 +269,17 @@ def _diagnose(problem: Problem, solver: str, time_limit_s: float) -> Infeasibili
     )
 
 
-@deadline_of_whole_call(lambda problem, settings=None: (settings or SolverSettings()).time_limit_s)
+def _search_limit_s(problem: Problem, settings: SolverSettings | None = None) -> float:
+    """The search's wall time from now: the time limit, cut to the
+    settings' deadline when it comes first (at least MIN_SOLVE_S)."""
+    settings = settings or SolverSettings()
+    if settings.deadline_s is None:
+        return settings.time_limit_s
+    left_s = settings.deadline_s - time.perf_counter()
+    return min(settings.time_limit_s, max(left_s, MIN_SOLVE_S))
+
+
+@deadline_of_whole_call(_search_limit_s)
 def balance(problem: Problem, settings: SolverSettings | None = None) -> BalanceResult:
     """Choose layers per chunk and recomputation per layer that minimise the
     simulated step time while every stage fits in memory.
@@ -312,7 +323,10 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
 
     if baseline is not None:
         offer(baseline.assignment)
-    limit_s = settings.time_limit_s
+    # the clock's share of the search (the time limit, or less when the
+    # command's deadline comes first); the work budget follows the time
+    # limit alone, so it is the same whenever the call starts
+    limit_s = _search_limit_s(problem, settings)
     quick = None
     with TimeBox():  # pure Python, bounded by move counts: cut at the deadline
         quick = _quick_start(problem)
@@ -367,7 +381,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
                 t0 + limit_s * MOVES_SHARE,
                 settings.search_rounds,
                 lower_bound * (1 + gap_rel),
-                min(1.0, limit_s / BUDGET_LIMIT_S),
+                min(1.0, settings.time_limit_s / BUDGET_LIMIT_S),
             )
         )
     # Whether a wall-clock stop cut a step this plan comes from (not the
@@ -383,7 +397,7 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     # build that would overrun the limit (docs/reliability.md).
     build_s = 2 * (first_plan_s or 0.0)
     while best is None or best[1].makespan_s > lower_bound * (1 + gap_rel):
-        remaining = settings.time_limit_s - (time.perf_counter() - t0)
+        remaining = limit_s - (time.perf_counter() - t0)
         if remaining <= 0.05 or (best is not None and remaining <= build_s):
             stopped_by_limit = True
             break
@@ -474,7 +488,13 @@ def balance(problem: Problem, settings: SolverSettings | None = None) -> Balance
     plan_a = best[0]
     # The polish usually takes well under a second; it gets that much past
     # the deadline, so runs that hit the limit still polish their plan.
-    with TimeBox(extra_s=POLISH_GRACE_S) as box:
+    # With a command's deadline, the polish ends by it plus the grace (the
+    # command kept that much of its limit for it), however late the search
+    # began.
+    grace_s = POLISH_GRACE_S
+    if settings.deadline_s is not None:
+        grace_s = settings.deadline_s + POLISH_GRACE_S - (t0 + limit_s)
+    with TimeBox(extra_s=grace_s) as box:
         plan_a = polish(problem, best[0])
     clock_cut = clock_cut or box.expired
     plan_sim = simulate(problem, plan_a)

@@ -100,7 +100,14 @@ class OutOfTime(Exception):
 REARM_S = 0.01
 
 
+# Whether a time box is open: an alarm that lands after its box began to
+# close is dropped instead of raised outside it.
+_box_open = False
+
+
 def _raise_out_of_time(signum: int, frame: object) -> None:
+    if not _box_open:
+        return
     signal.setitimer(signal.ITIMER_REAL, REARM_S)
     raise OutOfTime()
 
@@ -124,6 +131,8 @@ class TimeBox:
             or signal.getsignal(signal.SIGALRM) != signal.SIG_DFL
         ):
             return self
+        global _box_open
+        _box_open = True
         self._previous = signal.signal(signal.SIGALRM, _raise_out_of_time)
         self._armed = True
         left = _deadline_s + self.extra_s - time.perf_counter()
@@ -131,7 +140,9 @@ class TimeBox:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        global _box_open
         if self._armed:
+            _box_open = False
             while True:  # the timer may fire while it is being stopped
                 try:
                     signal.setitimer(signal.ITIMER_REAL, 0)

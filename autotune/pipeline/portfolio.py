@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from autotune.pipeline.assignment import Assignment
 from autotune.pipeline.deadline import (
+    OutOfTime,
     clock_cuts,
     deadline_at,
     note_clock_cut,
@@ -57,8 +58,10 @@ SEED_SHIFT = 100
 # Cores needed to run the second search (with fewer, only this process's).
 CORES = 2
 # Seconds past the deadline the caller waits for the second search's plan
-# (it is stopped at its own deadline, then sends what it has).
-GRACE_S = 2.0
+# (it is stopped at its own deadline, then sends what it has within a
+# fraction of a second): at most the final polish's grace, so that a
+# command's whole run keeps its time limit (balance.POLISH_GRACE_S).
+GRACE_S = 1.0
 
 
 def chains_on_cores(
@@ -213,6 +216,17 @@ def _second_search() -> None:
     job, payload, left_s = pickle.loads(sys.stdin.buffer.read())
     deadline_s = None if left_s is None else time.perf_counter() + left_s
     result = None
+    try:
+        result = _run_job(job, payload, deadline_s)
+    except OutOfTime:  # the alarm landed just outside its time box: the clock stopped it
+        note_clock_cut()
+    result_out.write(pickle.dumps((result, clock_cuts() > 0)))
+    result_out.flush()
+
+
+def _run_job(job: str, payload: object, deadline_s: float | None) -> object:
+    """The child's job (see _second_search)."""
+    result = None
     if job == "chains":
         from autotune.pipeline.perturb import iterated_chains
 
@@ -229,8 +243,7 @@ def _second_search() -> None:
             result = solve(problem, paths, **options)
     else:
         raise ValueError(f"unknown job {job!r}")
-    result_out.write(pickle.dumps((result, clock_cuts() > 0)))
-    result_out.flush()
+    return result
 
 
 if __name__ == "__main__":

@@ -280,17 +280,24 @@ class SolverSettings:
     kick-repair-climb rounds follow the layer moves (perturb.py; 0 skips
     them, for callers that balance many candidates); `verbose` sends the
     solver's log to stderr. (The solvers always run on one thread with a
-    fixed seed, so the same problem gives the same plan.)"""
+    fixed seed, so the same problem gives the same plan.) `deadline_s`, when
+    given, is the time.perf_counter() time by which the search must end
+    even when the time limit would run later (a command whose limit counts
+    from its own start); the time limit alone still sets the work budget,
+    so the plan does not depend on when the call began."""
 
     solver: SolverChoice = SolverChoice.AUTO
     time_limit_s: float = 60.0
     relative_gap: float = 1e-3
     verbose: bool = False
     search_rounds: int = DEFAULT_SEARCH_ROUNDS
+    deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "solver", SolverChoice(self.solver))
         _check_number("time_limit_s", self.time_limit_s, positive=True)
+        if self.deadline_s is not None:
+            _check_number("deadline_s", self.deadline_s)
         _check_number("relative_gap", self.relative_gap)
         if self.relative_gap >= 1:
             raise ProblemError(f"relative_gap must be < 1, got {self.relative_gap!r}")
