@@ -93,9 +93,7 @@ def test_regime_bounds_must_increase_and_end_unbounded():
             launch_s=0,
             sync_s=0,
             link_bytes_per_s=1e9,
-            regimes=[
-                RegimeSpec(max_shard_bytes=None, launch_s=0, sync_s=0, link_bytes_per_s=1e9)
-            ]
+            regimes=[RegimeSpec(max_shard_bytes=None, launch_s=0, sync_s=0, link_bytes_per_s=1e9)]
             * 2,
         )
 

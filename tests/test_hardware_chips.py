@@ -100,7 +100,8 @@ def test_chip_file_and_bad_values(tmp_path) -> None:
     assert chip.figures.value == "fitted" and chip.hbm_bytes == 8 * 2**30
     bad = tmp_path / "bad.yaml"
     bad.write_text(good.read_text().replace("bf16: 100", "bf16: -1"))
-    with pytest.raises(InputError, match=r"bad.yaml: peak_tflops_per_s\.bf16: got -1;.*plausible range: each 0\.001 to 1e6"):
+    in_range = r"bad.yaml: peak_tflops_per_s\.bf16: got -1;.*plausible range: each 0\.001 to 1e6"
+    with pytest.raises(InputError, match=in_range):
         load_chip(bad)
     with pytest.raises(ValueError):
         ChipSpec.model_validate({"name": "x"})
