@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 from clirun import Run, run_cli
+from test_formats_hf import LLAMA_3_8B
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -151,22 +152,9 @@ def formats() -> list[Format]:
     bench = str(CALIBRATIONS / "example_bench.csv")
     # a 1D plan of 8 chips: every target exports it and the emulator runs it fast
     plan_doc = (REPO / "tests" / "fixtures" / "formats" / "plan_gpt3_1d_tp8.json").read_text()
-    hf = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_attention_heads": 32,
-        "num_hidden_layers": 32,
-        "num_key_value_heads": 8,
-        "vocab_size": 128256,
-        "max_position_embeddings": 8192,
-        "rms_norm_eps": 1e-05,
-        "rope_theta": 500000.0,
-        "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-    }
+    # the Llama 3 8B config.json of the reader's tests, with the float keys
+    # real configs carry (read, not used: their extremes must not matter)
+    hf = {**LLAMA_3_8B, "rms_norm_eps": 1e-05, "rope_theta": 500000.0}
     out = [
         Format(
             "plan YAML",

@@ -22,12 +22,10 @@ from autotune.errors import InputError
 from autotune.pipeline.decompose import Decomposition, Measurement, decompose
 from autotune.pipeline.limits import (
     MAX_BODY_LAYERS,
-    MAX_COEFFICIENT,
     MAX_MB,
     MAX_MICRO_BATCHES,
     MAX_MS,
     MAX_STAGES,
-    MIN_CAP_GIB,
     MIN_LAYER_MS,
     check_layer_counts,
     measured,
@@ -47,13 +45,13 @@ from autotune.pipeline.seed_plans import MANUAL_KEY
 from autotune.pipeline.yaml_format import (
     GIB,
     MS,
+    CapGib,
     Coefficient,
     PipelineShapeSpec,
     SolverSpec,
     Spec,
     settings_from_spec,
 )
-from autotune.specs.base import MAX_GIB
 
 MIB = float(2**20)
 
@@ -89,17 +87,12 @@ class SeedPlanSpec(Spec):
         le=MAX_MICRO_BATCHES,
         description="Micro-batches (when `pipeline` is not given). Range: 1 to 8192.",
     )
-    memory_cap_gib: float | None = Field(
+    memory_cap_gib: CapGib | None = Field(
         default=None,
-        ge=MIN_CAP_GIB,
-        le=MAX_GIB,
         description="Usable device memory per stage, GiB. Range: 2^-10 (1 MiB) to 2^20.",
     )
-    backward_factor: float = Field(
-        default=2.0,
-        ge=0,
-        le=MAX_COEFFICIENT,
-        description="Backward / forward time. Range: 0 to 1000.",
+    backward_factor: Coefficient = Field(
+        default=2.0, description="Backward / forward time. Range: 0 to 1000."
     )
     recompute_options: dict[str, Coefficient] | None = Field(
         default=None,

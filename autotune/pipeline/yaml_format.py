@@ -47,9 +47,11 @@ class Spec(_BaseSpec):
 MS = 1e-3
 GIB = float(2**30)
 
-# The values of the per-option mappings (recompute_options, activation_memory_gib).
+# The values of the per-option mappings (recompute_options,
+# activation_memory_gib), backward factors and memory caps.
 Coefficient = Annotated[float, Field(ge=0, le=MAX_COEFFICIENT)]
 MemoryGib = Annotated[float, Field(ge=0, le=MAX_GIB)]
+CapGib = Annotated[float, Field(ge=MIN_CAP_GIB, le=MAX_GIB)]
 
 
 class PipelineShapeSpec(Spec):
@@ -101,10 +103,8 @@ class PipelineShapeSpec(Spec):
 class MemorySpec(Spec):
     """Device memory budget and what every stage holds regardless of layers."""
 
-    cap_gib: float = Field(
-        ge=MIN_CAP_GIB,
-        le=MAX_GIB,
-        description="Usable device memory per stage, GiB. Range: 2^-10 (1 MiB) to 2^20.",
+    cap_gib: CapGib = Field(
+        description="Usable device memory per stage, GiB. Range: 2^-10 (1 MiB) to 2^20."
     )
     constant_gib: float = Field(
         ge=0,
@@ -120,10 +120,8 @@ class EndSpec(Spec):
     forward_ms: float = Field(
         ge=0, le=MAX_MS, description="Forward time per micro-batch, ms. Range: 0 to 3.6e6."
     )
-    backward_factor: float = Field(
+    backward_factor: Coefficient = Field(
         default=2.0,
-        ge=0,
-        le=MAX_COEFFICIENT,
         description="Backward time as a multiple of the forward time. Range: 0 to 1000.",
     )
     memory_gib: float = Field(
@@ -148,10 +146,8 @@ class LayerKindSpec(Spec):
         le=MAX_MS,
         description="Forward time of one layer per micro-batch, ms. Range: 1e-6 to 3.6e6.",
     )
-    backward_factor: float = Field(
+    backward_factor: Coefficient = Field(
         default=2.0,
-        ge=0,
-        le=MAX_COEFFICIENT,
         description="Backward time (no recomputation) / forward time. Range: 0 to 1000.",
     )
     parameter_memory_gib: float = Field(
