@@ -160,7 +160,7 @@ BAD_INPUTS = {
     ),
     "negative time": (
         f"{HEADER}\ncollective,all_gather,row,2,1024,,,,bf16,-1e-5\n",
-        r"bad\.csv:2: seconds: got '-1e-5'; must be > 0",
+        r"bad\.csv:2: seconds: got '-1e-5'; must be from 1e-09 to 3600",
     ),
     "zero time": (f"# c\n{HEADER}\ngemm,,,,,64,64,64,bf16,0\n", r"bad\.csv:3: seconds: got '0'"),
     "empty file": ("", r"bad\.csv:1: is empty"),

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 
 from autotune.calibrate.samples import CollectiveSample, GemmSample, OverlapSample, ParsedFile
 from autotune.errors import InputError
+from autotune.specs.base import MAX_BYTES, MAX_CHIPS, MAX_SECONDS
 from cost_models import Axis, CollectiveOp
 
 CSV_COLUMNS = ("kind", "op", "axis", "ring_size", "shard_bytes", "m", "n", "k", "dtype", "seconds")
@@ -67,26 +68,37 @@ def _number(text: str, cast, *, file: str, line: int, field: str, fix: str):
     return value
 
 
-def _positive_float(text: str, *, file: str, line: int, field: str, fix: str) -> float:
-    """A finite number > 0, or a one-line InputError naming the cell."""
+# Plausible ranges of a row's numbers: a measured time from a nanosecond to
+# an hour, a piece up to 1 PiB, GEMM sizes and rings as the specs bound them
+# (autotune/specs/base.py); inside them no product the fits form overflows.
+MIN_SECONDS = 1e-9
+MAX_GEMM_DIM = 2**48
+
+
+def _positive_float(
+    text: str, *, file: str, line: int, field: str, fix: str, low: float, high: float
+) -> float:
+    """A finite number from `low` (> 0) to `high`, or a one-line InputError
+    naming the cell."""
     value = _number(text, float, file=file, line=line, field=field, fix=fix)
-    if value <= 0:
-        raise InputError("must be > 0", file=file, line=line, field=field, value=text, fix=fix)
-    return value
-
-
-def _positive_int(text: str, *, file: str, line: int, field: str) -> int:
-    value = _number(
-        text, int, file=file, line=line, field=field, fix=f"write {field} as a whole number >= 1"
-    )
-    if value < 1:
+    if not low <= value <= high:
         raise InputError(
-            "must be >= 1",
+            f"must be from {low:g} to {high:g}",
             file=file,
             line=line,
             field=field,
             value=text,
-            fix=f"write {field} as a whole number >= 1",
+            fix=fix,
+        )
+    return value
+
+
+def _positive_int(text: str, *, file: str, line: int, field: str, high: int) -> int:
+    fix = f"write {field} as a whole number from 1 to {high}"
+    value = _number(text, int, file=file, line=line, field=field, fix=fix)
+    if not 1 <= value <= high:
+        raise InputError(
+            f"must be from 1 to {high}", file=file, line=line, field=field, value=text, fix=fix
         )
     return value
 
@@ -132,7 +144,7 @@ def _collective_fields(
             value=row["axis"],
             fix="use row or col",
         )
-    ring = _positive_int(row["ring_size"], file=path, line=line, field="ring_size")
+    ring = _positive_int(row["ring_size"], file=path, line=line, field="ring_size", high=MAX_CHIPS)
     if ring < 2:
         raise InputError(
             "must be >= 2 (a ring of one chip sends nothing)",
@@ -147,7 +159,9 @@ def _collective_fields(
         file=path,
         line=line,
         field="shard_bytes",
-        fix="write the per-chip piece in bytes (> 0)",
+        fix="write the per-chip piece in bytes",
+        low=1.0,
+        high=MAX_BYTES,
     )
     return CollectiveOp(row["op"]), Axis(row["axis"]), ring, shard
 
@@ -162,7 +176,9 @@ def _gemm_fields(row: dict[str, str], dtype: str, path: str, line: int) -> tuple
             field="dtype",
             fix=f"use one of {', '.join(DTYPES)}",
         )
-    m, n, k = (_positive_int(row[d], file=path, line=line, field=d) for d in "mnk")
+    m, n, k = (
+        _positive_int(row[d], file=path, line=line, field=d, high=MAX_GEMM_DIM) for d in "mnk"
+    )
     return m, n, k
 
 
@@ -221,7 +237,9 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
             file=path,
             line=line,
             field="seconds",
-            fix="write the measured time in seconds (> 0)",
+            fix="write the measured time in seconds",
+            low=MIN_SECONDS,
+            high=MAX_SECONDS,
         )
         dtype = row["dtype"].lower()
         if dtype and dtype not in DTYPES:
