@@ -112,7 +112,7 @@ BAD = [
     ("missing.json", json.dumps({k: v for k, v in LLAMA_3_8B.items() if k != "vocab_size"}),
      "vocab_size: is required"),
     ("badvalue.json", json.dumps({**LLAMA_3_8B, "num_hidden_layers": "32"}),
-     "num_hidden_layers: got '32'; must be a positive integer"),
+     "num_hidden_layers: got '32'; must be a whole number from 1 to 100000"),
     ("heads.json", json.dumps({**LLAMA_3_8B, "num_key_value_heads": 5}),
      "must be a multiple of num_kv_heads"),
 ]  # fmt: skip
@@ -134,7 +134,7 @@ def test_missing_config_file_exits_2() -> None:
     proc = _meshtune("plan", "examples/gpt3.yaml", "--model", "no/such/config.json")
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "meshtune: error: model: got 'no/such/config.json'; no such file; "
+        "meshtune: error: --model: got 'no/such/config.json'; no such file; "
         "fix: check the config.json path"
     )
 
