@@ -14,6 +14,8 @@ and for GPT-2's FFN width `GPT2Block`: `n_inner` or `4 * n_embd`).
 - `tie_word_embeddings` missing from a file means the family's class default
   (what `transformers` itself would load): tied for Gemma and GPT-2, untied
   for the others.
+- position encoding: rotary for every family but GPT-2 (learned absolute
+  positions); a trainer export says so (Megatron-LM's default is learned).
 
 Architectures meshtune cannot price (mixture of experts, multi-head latent
 attention, anything not listed) are refused with one line naming what is
@@ -30,7 +32,7 @@ from typing import Any
 
 from autotune.errors import InputError
 from autotune.specs.base import MAX_DIM, MAX_LAYERS
-from autotune.specs.model import FfnKind, ModelSpec
+from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class _Family:
     head_dim: str | None
     gated: bool
     tied_default: bool
+    rotary: bool = True  # rotary position embeddings (GPT-2: learned absolute)
 
 
 _LLAMA_KEYS = dict(
@@ -84,6 +87,7 @@ FAMILIES: dict[str, _Family] = {
         head_dim=None,
         gated=False,
         tied_default=True,
+        rotary=False,
     ),
 }
 
@@ -249,6 +253,9 @@ def spec_fields(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
         "num_kv_heads": kv if kv is not None and kv != heads else None,
         "ffn_size": ffn,
         "ffn_kind": (FfnKind.SWIGLU if fam.gated else FfnKind.GELU).value,
+        "position_encoding": (
+            PositionEncoding.ROTARY if fam.rotary else PositionEncoding.LEARNED
+        ).value,
         "vocab_size": vocab,
         "tied_embeddings": tied,
     }
