@@ -40,7 +40,7 @@ from autotune.formats.export import (
 )
 from autotune.formats.plan_view import PlanView, gemm, tp_collectives
 from autotune.plan.schema import GemmDoc
-from autotune.specs.model import FfnKind
+from autotune.specs.model import FfnKind, PositionEncoding
 
 KEYS_FROM = (
     "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac2; NVIDIA/TransformerEngine "
@@ -83,6 +83,9 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         args += [("--group-query-attention", None), ("--num-query-groups", m.kv_heads)]
     if m.ffn_kind is FfnKind.SWIGLU:
         args.append(("--swiglu", None))
+    if m.position_encoding is PositionEncoding.ROTARY:
+        # Megatron's default is learned_absolute: a rotary model needs the flag
+        args.append(("--position-embedding-type", "rope"))
     if m.tied_embeddings is False:
         args.append(("--untie-embeddings-and-output-weights", None))
     elif m.tied_embeddings is None:
@@ -117,6 +120,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         )
     if view.interleave > 1:
         args.append(("--num-virtual-stages-per-pipeline-rank", view.interleave))
+    args += _split_args(view, notes)
     args += _recompute_args(view.recompute)
     if view.zero_stage >= 1:
         args.append(("--use-distributed-optimizer", None))
@@ -130,6 +134,36 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     )
     notes.assume("max position embeddings = sequence length")
     return args
+
+
+def _split_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
+    """The plan's layers per pipeline rank as Megatron-LM takes them.
+
+    Megatron splits the layers evenly unless the first and last ranks are
+    given their own counts (`--decoder-first-pipeline-num-layers`,
+    `--decoder-last-pipeline-num-layers`); the middle ranks then share the
+    rest evenly, and with interleaving every rank's count is divided evenly
+    over its chunks (megatron/core/transformer/transformer_config.py at the
+    cited commit, "Uneven PP"). A split outside that rule is listed as not
+    expressed."""
+    per_rank = view.layers_per_stage
+    pp, vp = len(per_rank), view.interleave
+    if pp <= 1 or len(set(per_rank)) == 1:
+        return []
+    middle = per_rank[1:-1]
+    chunks = [st.layers_per_chunk for st in view.doc.pipeline.stages]
+    even_chunks = all(len(set(c)) <= 1 for c in chunks)
+    if len(set(middle)) <= 1 and even_chunks and all(n > 0 and n % vp == 0 for n in per_rank):
+        return [
+            ("--decoder-first-pipeline-num-layers", per_rank[0]),
+            ("--decoder-last-pipeline-num-layers", per_rank[-1]),
+        ]
+    notes.drop(
+        f"layer split {per_rank} over the pipeline ranks: Megatron-LM gives only the first "
+        "and last ranks their own counts (the middle ones share the rest evenly, each rank's "
+        "chunks evenly); Megatron will split the layers its own way"
+    )
+    return []
 
 
 def _recompute_args(recompute: str) -> list[tuple[str, object]]:
@@ -183,6 +217,14 @@ def _overlap(view: PlanView, notes: Notes) -> dict[str, dict[str, object]]:
         else:
             cfg[key] = {"method": "pipeline", "num_splits": g.num_slices}
     return cfg
+
+
+def _dgrad_reduce_scatter(cfg: dict[str, dict[str, object]]) -> bool:
+    """Whether a data-gradient GEMM's reduce-scatter is planned as split
+    (`pipeline`): Megatron passes it to Transformer Engine only with
+    --tp-comm-overlap-rs-dgrad (without it the dgrad GEMMs use bulk overlap
+    and the planned splits are not used)."""
+    return any(k.endswith("_dgrad") and v.get("method") == "pipeline" for k, v in cfg.items())
 
 
 def _planned_gemms(view: PlanView) -> Iterator[tuple[str, str, str, GemmDoc]]:
@@ -240,7 +282,17 @@ def export_megatron(view: PlanView) -> Export:
     sliced = view.training.fc_algorithm.value == "meshslice"
     overlap = view.tensor_parallel > 1 and view.sequence_parallel and sliced
     cfg = _overlap(view, notes) if overlap else {}
+    if _dgrad_reduce_scatter(cfg):
+        args.append(("--tp-comm-overlap-rs-dgrad", None))
     head = commented(header_lines(view, "megatron", KEYS_FROM, notes))
+    env = ""
+    if view.tensor_parallel > 1:
+        # validate_args asserts it with tensor parallelism before Blackwell
+        # (megatron/training/arguments.py at the cited commit)
+        env = (
+            "# Megatron-LM requires this with tensor parallelism on GPUs before Blackwell\n"
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        )
     body = "MEGATRON_ARGS=(\n"
     for flag, value in args:
         body += f"  {flag}\n" if value is None else f"  {flag} {value}\n"
@@ -249,7 +301,7 @@ def export_megatron(view: PlanView) -> Export:
         '# use: torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer and '
         "optimizer arguments>\n"
     )
-    files = [ExportFile(ARGS_FILE, "#!/usr/bin/env bash\n" + head + usage + body)]
+    files = [ExportFile(ARGS_FILE, "#!/usr/bin/env bash\n" + head + env + usage + body)]
     if cfg:
         files.append(ExportFile(UB_FILE, head + _ub_yaml(cfg)))
     return finish("megatron", files, notes)

@@ -15,6 +15,8 @@
 # not expressed: ffn_up backward_weight S = 24 (fc1_wgrad): Transformer Engine overlaps its input all-gather in bulk, without splits
 # not expressed: ffn_down backward_data S = 24 (fc2_dgrad): ring_exchange all-gather overlap always runs tp_size = 8 steps
 # not expressed: ffn_down backward_weight S = 24 (fc2_wgrad): Megatron reuses the data-gradient GEMM's gathered gradient, so it has no collective to split
+# Megatron-LM requires this with tensor parallelism on GPUs before Blackwell
+export CUDA_DEVICE_MAX_CONNECTIONS=1
 # use: torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer and optimizer arguments>
 MEGATRON_ARGS=(
   --tensor-model-parallel-size 8
@@ -36,4 +38,5 @@ MEGATRON_ARGS=(
   --recompute-method uniform
   --recompute-num-layers 1
   --use-distributed-optimizer
+  --tp-comm-overlap-rs-dgrad
 )

@@ -1,0 +1,149 @@
+"""Megatron-LM export: regression tests named after what its own argument
+validation rejected or set wrongly (NVIDIA/Megatron-LM at the cited commit
+000c4ac2: `megatron/training/arguments.py` validate_args and
+`megatron/core/transformer/transformer_config.py` "Uneven PP"), and the
+key set extracted from that commit by
+tests/fixtures/formats/make_megatron_arguments.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from autotune.formats.export import export_plan
+from autotune.loading import load_model_spec
+from autotune.specs.model import PositionEncoding
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "formats"
+PLAN_1D = FIXTURES / "plan_gpt3_1d_tp8.json"
+
+
+def _export(tmp_path: Path, doc: dict) -> tuple[dict[str, str], tuple[str, ...]]:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    result = export_plan(str(path), "megatron")
+    return {f.name: f.text for f in result.files}, tuple(result.not_expressed)
+
+
+def _args(text: str) -> dict[str, str | None]:
+    body = re.search(r"^MEGATRON_ARGS=\(\n(.*?)^\)$", text, re.S | re.M)
+    assert body
+    out: dict[str, str | None] = {}
+    for line in body.group(1).splitlines():
+        flag, _, value = line.strip().partition(" ")
+        out[flag] = value or None
+    return out
+
+
+def _with_split(per_chunk: list[list[int]]) -> dict:
+    doc = json.loads(PLAN_1D.read_text())
+    for stage, chunks in zip(doc["pipeline"]["stages"], per_chunk, strict=True):
+        stage["layers_per_chunk"] = chunks
+        stage["layers"] = sum(chunks)
+    return doc
+
+
+def test_megatron_validate_args_needs_cuda_device_max_connections_with_tp(tmp_path):
+    files, _ = _export(tmp_path, json.loads(PLAN_1D.read_text()))
+    script = files["megatron_args.sh"]
+    assert re.search(r"^export CUDA_DEVICE_MAX_CONNECTIONS=1$", script, re.M)
+    # set before the arguments are used
+    assert script.index("CUDA_DEVICE_MAX_CONNECTIONS") < script.index("MEGATRON_ARGS=(")
+
+
+def test_megatron_uneven_first_and_last_stage_gets_the_uneven_split_flags(tmp_path):
+    # 96 layers on 8 ranks x 2 chunks: first rank 10, last 14, the middle 12
+    split = [[5, 5]] + [[6, 6]] * 6 + [[7, 7]]
+    files, dropped = _export(tmp_path, _with_split(split))
+    args = _args(files["megatron_args.sh"])
+    assert args["--decoder-first-pipeline-num-layers"] == "10"
+    assert args["--decoder-last-pipeline-num-layers"] == "14"
+    assert not any("layer split" in line for line in dropped)
+
+
+def test_megatron_uneven_split_it_cannot_express_is_a_not_expressed_line(tmp_path):
+    # a middle rank differs: Megatron shares the middle evenly
+    split = [[6, 6], [5, 6]] + [[6, 6]] * 5 + [[6, 7]]
+    files, dropped = _export(tmp_path, _with_split(split))
+    args = _args(files["megatron_args.sh"])
+    assert "--decoder-first-pipeline-num-layers" not in args
+    assert any(line.startswith("layer split [12, 11,") for line in dropped), dropped
+    assert "# not expressed: layer split" in files["megatron_args.sh"]
+
+
+def test_megatron_even_split_writes_no_split_flags(tmp_path):
+    files, _ = _export(tmp_path, json.loads(PLAN_1D.read_text()))
+    assert "--decoder-first-pipeline-num-layers" not in _args(files["megatron_args.sh"])
+
+
+def test_megatron_rotary_model_gets_position_embedding_type_rope(tmp_path):
+    doc = json.loads(PLAN_1D.read_text())
+    assert "--position-embedding-type" not in _args(_export(tmp_path, doc)[0]["megatron_args.sh"])
+    rotary = copy.deepcopy(doc)
+    rotary["provenance"]["model"]["position_encoding"] = "rotary"
+    args = _args(_export(tmp_path, rotary)[0]["megatron_args.sh"])
+    assert args["--position-embedding-type"] == "rope"
+
+
+@pytest.mark.parametrize(
+    ("model_type", "expected"),
+    [("llama", PositionEncoding.ROTARY), ("qwen3", PositionEncoding.ROTARY),
+     ("gpt2", PositionEncoding.LEARNED)],
+)  # fmt: skip
+def test_hf_reader_maps_a_llama_config_to_rotary(tmp_path, model_type, expected):
+    config = {
+        "model_type": model_type,
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 8,
+        "vocab_size": 1000,
+        "n_layer": 2,
+        "n_embd": 512,
+        "n_head": 8,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert load_model_spec(path).position_encoding is expected
+
+
+def test_userbuffers_dgrad_pipeline_needs_tp_comm_overlap_rs_dgrad(tmp_path):
+    files, _ = _export(tmp_path, json.loads(PLAN_1D.read_text()))
+    cfg = files["tp_comm_overlap_cfg.yaml"]
+    split_dgrad = re.search(r"^(qkv|fc1)_dgrad:\n  method: pipeline$", cfg, re.M)
+    assert split_dgrad, cfg
+    assert "--tp-comm-overlap-rs-dgrad" in _args(files["megatron_args.sh"])
+
+
+def test_megatron_key_set_is_extracted_from_the_cited_commit():
+    import sys
+
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from make_megatron_arguments import COMMIT, flags_of
+    finally:
+        sys.path.remove(str(FIXTURES))
+    doc = json.loads((FIXTURES / "megatron-arguments.json").read_text())
+    assert COMMIT in doc["source"]
+    assert len(doc["flags"]) > 500  # the whole file, not a hand-picked subset
+    sample = (
+        "def f(group):\n"
+        "    group.add_argument('--a-flag', action='store_true')\n"
+        "    group.add_argument('--size', '--alias-size', type=int, default=1)\n"
+        "    group.add_argument('--name', type=str)\n"
+        "    group.add_argument('--ratio', type=float)\n"
+    )
+    assert flags_of(sample) == {
+        "--a-flag": "flag",
+        "--alias-size": "int",
+        "--name": "str",
+        "--ratio": "float",
+        "--size": "int",
+    }
