@@ -141,10 +141,6 @@ def _table_fields(fmt: Format, rows: dict[str, int], columns: dict[str, int]) ->
     return out
 
 
-def _pipeline_text(name: str) -> str:
-    return (EXAMPLES / name).read_text()
-
-
 def formats() -> list[Format]:
     """Every input format meshtune reads, each with a sample."""
     gpt3 = str(EXAMPLES / "gpt3.yaml")
@@ -241,7 +237,7 @@ def formats() -> list[Format]:
             Format(
                 f"pipeline YAML {name}",
                 "pipe.yaml",
-                _pipeline_text(name),
+                (EXAMPLES / name).read_text(),
                 lambda p, d: ("pipeline", p, "--format", "json", *_PIPELINE_LIMIT),
                 "yaml",
                 "stdout",

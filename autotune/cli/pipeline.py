@@ -18,7 +18,10 @@ def _in_range(value: float | None, flag: str, high: float, low: float = 0.0) -> 
     above 0, at least `low` and at most `high`."""
     from autotune.errors import InputError
 
-    if value is not None and (not math.isfinite(value) or not (0 < value and low <= value <= high)):
+    if value is None:
+        return
+    above_low = value >= low if low > 0 else value > 0
+    if not (math.isfinite(value) and above_low and value <= high):
         shown_low = f"at least {low:g}" if low > 0 else "above 0"
         raise InputError(
             f"must be a finite number {shown_low} and at most {high:g}",
