@@ -136,7 +136,7 @@ def _megatron_args(text: str) -> list[str]:
 
 def test_megatron_flags_in_arguments_py() -> None:
     """Against NVIDIA/Megatron-LM arguments.py @ 000c4ac2."""
-    flags = _fixture("megatron-arguments.json")["flags"]
+    flags = _fixture("megatron-arguments-000c4ac2.json")["flags"]
     files = {f.name: f.text for f in export_plan(str(PLAN_1D), "megatron").files}
     words = _megatron_args(files["megatron_args.sh"])
     i = 0

@@ -130,7 +130,7 @@ def test_megatron_key_set_is_extracted_from_the_cited_commit():
         from make_megatron_arguments import COMMIT, flags_of
     finally:
         sys.path.remove(str(FIXTURES))
-    doc = json.loads((FIXTURES / "megatron-arguments.json").read_text())
+    doc = json.loads((FIXTURES / "megatron-arguments-000c4ac2.json").read_text())
     assert COMMIT in doc["source"]
     assert len(doc["flags"]) > 500  # the whole file, not a hand-picked subset
     sample = (
