@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -131,12 +132,14 @@ def test_maxtext_keys_in_base_yml() -> None:
 def _megatron_args(text: str) -> list[str]:
     body = re.search(r"^MEGATRON_ARGS=\(\n(.*?)^\)$", text, re.S | re.M)
     assert body, "no MEGATRON_ARGS array"
-    return body.group(1).split()
+    return shlex.split(body.group(1))
 
 
-def test_megatron_flags_in_arguments_py() -> None:
-    """Against NVIDIA/Megatron-LM arguments.py @ 000c4ac2."""
-    flags = _fixture("megatron-arguments-000c4ac2.json")["flags"]
+@pytest.mark.parametrize("key_set", ["megatron-arguments.json", "megatron-arguments-000c4ac2.json"])
+def test_megatron_flags_in_arguments_py(key_set: str) -> None:
+    """Against NVIDIA/Megatron-LM's argument parser at d98e8a64 (the export's
+    target) and arguments.py @ 000c4ac2 (every flag it writes exists in both)."""
+    flags = _fixture(key_set)["flags"]
     files = {f.name: f.text for f in export_plan(str(PLAN_1D), "megatron").files}
     words = _megatron_args(files["megatron_args.sh"])
     i = 0

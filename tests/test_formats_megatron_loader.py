@@ -1,8 +1,9 @@
 """Megatron-LM export: regression tests named after what its own argument
 validation rejected or set wrongly (NVIDIA/Megatron-LM at the cited commit
-000c4ac2: `megatron/training/arguments.py` validate_args and
-`megatron/core/transformer/transformer_config.py` "Uneven PP"), and the
-key set extracted from that commit by
+d98e8a64: `megatron/training/arguments.py` validate_args and
+`megatron/core/transformer/pipeline_parallel_layer_layout.py`), and the key
+sets: the argument parser's at d98e8a64 (`tests/trainers/megatron_check.py
+flags`) and 000c4ac2's, extracted by
 tests/fixtures/formats/make_megatron_arguments.py.
 """
 
@@ -57,29 +58,43 @@ def test_megatron_validate_args_needs_cuda_device_max_connections_with_tp(tmp_pa
     assert script.index("CUDA_DEVICE_MAX_CONNECTIONS") < script.index("MEGATRON_ARGS=(")
 
 
-def test_megatron_uneven_first_and_last_stage_gets_the_uneven_split_flags(tmp_path):
-    # 96 layers on 8 ranks x 2 chunks: first rank 10, last 14, the middle 12
+def test_megatron_uneven_pipeline_split_fails_validation_without_the_layout(tmp_path):
+    # 96 layers on 8 ranks x 2 chunks, first rank 10, last 14: Megatron's even
+    # split would build 6 per chunk; the layout gives every chunk its count
     split = [[5, 5]] + [[6, 6]] * 6 + [[7, 7]]
     files, dropped = _export(tmp_path, _with_split(split))
     args = _args(files["megatron_args.sh"])
-    assert args["--decoder-first-pipeline-num-layers"] == "10"
-    assert args["--decoder-last-pipeline-num-layers"] == "14"
+    layout = "Et*5|" + "t*6|" * 6 + "t*7|t*5|" + "t*6|" * 6 + "t*7L"
+    assert args["--pipeline-model-parallel-layout"] == f"'{layout}'"
+    # validate_args refuses the virtual-stage flag beside a layout
+    assert "--num-virtual-stages-per-pipeline-rank" not in args
     assert not any("layer split" in line for line in dropped)
 
 
-def test_megatron_uneven_split_it_cannot_express_is_a_not_expressed_line(tmp_path):
-    # a middle rank differs: Megatron shares the middle evenly
+def test_megatron_layout_orders_chunks_as_virtual_stages(tmp_path):
+    # a middle rank differs and chunks within a rank differ: chunk j of rank
+    # s is virtual stage j * pp + s
     split = [[6, 6], [5, 6]] + [[6, 6]] * 5 + [[6, 7]]
-    files, dropped = _export(tmp_path, _with_split(split))
-    args = _args(files["megatron_args.sh"])
-    assert "--decoder-first-pipeline-num-layers" not in args
-    assert any(line.startswith("layer split [12, 11,") for line in dropped), dropped
-    assert "# not expressed: layer split" in files["megatron_args.sh"]
+    files, _ = _export(tmp_path, _with_split(split))
+    layout = _args(files["megatron_args.sh"])["--pipeline-model-parallel-layout"].strip("'")
+    stages = layout.split("|")
+    assert len(stages) == 16
+    assert stages[0] == "Et*6" and stages[1] == "t*5" and stages[15] == "t*7L"
+    assert sum(s.count("t") and int(s.strip("EL").removeprefix("t*")) for s in stages) == 96
+
+
+def test_megatron_equal_ranks_with_unequal_chunks_get_the_layout(tmp_path):
+    # every rank 12 layers, but the chunks 5 + 7: Megatron's even split would
+    # build 6 + 6 without a word
+    split = [[5, 7]] * 8
+    args = _args(_export(tmp_path, _with_split(split))[0]["megatron_args.sh"])
+    assert "--pipeline-model-parallel-layout" in args
 
 
 def test_megatron_even_split_writes_no_split_flags(tmp_path):
-    files, _ = _export(tmp_path, json.loads(PLAN_1D.read_text()))
-    assert "--decoder-first-pipeline-num-layers" not in _args(files["megatron_args.sh"])
+    args = _args(_export(tmp_path, json.loads(PLAN_1D.read_text()))[0]["megatron_args.sh"])
+    assert "--pipeline-model-parallel-layout" not in args
+    assert args["--num-virtual-stages-per-pipeline-rank"] == "2"
 
 
 def test_megatron_rotary_model_gets_position_embedding_type_rope(tmp_path):

@@ -7,10 +7,10 @@ Files: `megatron_args.sh`, a bash array of command-line arguments, and
 (`--tp-comm-overlap-cfg`) with each GEMM's overlap method and split count
 taken from the plan.
 
-Key names: NVIDIA/Megatron-LM `megatron/training/arguments.py` at commit
-000c4ac2 (groups network size, training, distributed, mixed precision);
-`--sequence-parallel`, `--seq-length`, `--tp-comm-overlap` and
-`--tp-comm-overlap-cfg` as declared in that file's earlier versions.
+Key names: NVIDIA/Megatron-LM's argument parser (`megatron/training/
+arguments.py` and the configuration dataclasses it turns into flags) at
+commit d98e8a64 (2026-08-22), the newest one checked; every flag written
+also exists at the earlier commit 000c4ac2 (2025-11-13).
 Userbuffers keys, GEMM names and methods: NVIDIA/TransformerEngine
 `transformer_engine/pytorch/module/base.py` `initialize_ub` at commit
 fecb10bd: GEMMs `{qkv,proj,fc1,fc2}_{fprop,dgrad,wgrad}`, methods
@@ -27,6 +27,7 @@ gets `ring_exchange` (all-gather) or `pipeline` with `num_splits = S`
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 
 from autotune.formats.export import (
@@ -43,7 +44,7 @@ from autotune.plan.schema import GemmDoc
 from autotune.specs.model import FfnKind, PositionEncoding
 
 KEYS_FROM = (
-    "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac2; NVIDIA/TransformerEngine "
+    "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64; NVIDIA/TransformerEngine "
     "transformer_engine/pytorch/module/base.py initialize_ub @ fecb10bd"
 )
 ARGS_FILE = "megatron_args.sh"
@@ -118,9 +119,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             "sequence parallelism on: the plan shards every activation over the "
             "tensor-parallel chips, and userbuffers overlap requires it"
         )
-    if view.interleave > 1:
-        args.append(("--num-virtual-stages-per-pipeline-rank", view.interleave))
-    args += _split_args(view, notes)
+    args += _split_args(view)
     args += _recompute_args(view.recompute)
     if view.zero_stage >= 1:
         args.append(("--use-distributed-optimizer", None))
@@ -136,34 +135,25 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     return args
 
 
-def _split_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
-    """The plan's layers per pipeline rank as Megatron-LM takes them.
+def _split_args(view: PlanView) -> list[tuple[str, object]]:
+    """The plan's layers per virtual pipeline stage as Megatron-LM takes them.
 
-    Megatron splits the layers evenly unless the first and last ranks are
-    given their own counts (`--decoder-first-pipeline-num-layers`,
-    `--decoder-last-pipeline-num-layers`); the middle ranks then share the
-    rest evenly, and with interleaving every rank's count is divided evenly
-    over its chunks (megatron/core/transformer/transformer_config.py at the
-    cited commit, "Uneven PP"). A split outside that rule is listed as not
-    expressed."""
-    per_rank = view.layers_per_stage
-    pp, vp = len(per_rank), view.interleave
-    if pp <= 1 or len(set(per_rank)) == 1:
-        return []
-    middle = per_rank[1:-1]
-    chunks = [st.layers_per_chunk for st in view.doc.pipeline.stages]
-    even_chunks = all(len(set(c)) <= 1 for c in chunks)
-    if len(set(middle)) <= 1 and even_chunks and all(n > 0 and n % vp == 0 for n in per_rank):
-        return [
-            ("--decoder-first-pipeline-num-layers", per_rank[0]),
-            ("--decoder-last-pipeline-num-layers", per_rank[-1]),
-        ]
-    notes.drop(
-        f"layer split {per_rank} over the pipeline ranks: Megatron-LM gives only the first "
-        "and last ranks their own counts (the middle ones share the rest evenly, each rank's "
-        "chunks evenly); Megatron will split the layers its own way"
-    )
-    return []
+    Megatron splits the layers evenly over pp x v virtual stages by itself
+    (with `--num-virtual-stages-per-pipeline-rank v`). Any other split is
+    written as `--pipeline-model-parallel-layout`: one `|`-separated entry per
+    virtual stage in model order (chunk j of rank s is entry j * pp + s), a
+    `t` per transformer layer (`t*n` for n), `E` (the embedding) opening the
+    first entry and `L` (the loss) closing the last; Megatron derives v from
+    it and refuses the virtual-stage flag beside it
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py and
+    validate_args at the cited commit)."""
+    pp, vp = view.training.pipeline_parallel, view.interleave
+    counts = view.virtual_stage_layers
+    if pp <= 1 or len(set(counts)) == 1:
+        return [("--num-virtual-stages-per-pipeline-rank", vp)] if vp > 1 else []
+    stages = [f"t*{n}" if n > 1 else "t" * n for n in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return [("--pipeline-model-parallel-layout", "|".join(stages))]
 
 
 def _recompute_args(recompute: str) -> list[tuple[str, object]]:
@@ -295,7 +285,7 @@ def export_megatron(view: PlanView) -> Export:
         )
     body = "MEGATRON_ARGS=(\n"
     for flag, value in args:
-        body += f"  {flag}\n" if value is None else f"  {flag} {value}\n"
+        body += f"  {flag}\n" if value is None else f"  {flag} {shlex.quote(str(value))}\n"
     body += ")\n"
     usage = (
         '# use: torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer and '

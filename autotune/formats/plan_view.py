@@ -85,6 +85,14 @@ class PlanView:
         return [st.layers for st in self.doc.pipeline.stages]
 
     @property
+    def virtual_stage_layers(self) -> list[int]:
+        """Blocks of each model chunk in model order: chunk j of stage s is
+        virtual stage j * pp + s (the interleaved schedule's order, as in
+        docs/pipeline.md; Megatron-LM and torchtitan number them the same)."""
+        stages = self.doc.pipeline.stages
+        return [st.layers_per_chunk[j] for j in range(self.interleave) for st in stages]
+
+    @property
     def even_split(self) -> bool:
         """Whether the layers are cut as Megatron-LM's even split does."""
         return self.doc.configuration.layer_split == "even"

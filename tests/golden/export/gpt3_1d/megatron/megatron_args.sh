@@ -2,7 +2,7 @@
 # meshtune export --to megatron, from plan_gpt3_1d_tp8.json (meshtune.plan/3, meshtune 0.1.0)
 # gpt3-175b: 1 x 8 tensor-parallel mesh, data parallel 4, pipeline parallel 8, 8 micro-batch(es) of 2 sequence(s), 256 chips
 # interleave 2, recompute full, ZeRO stage 1, FC layers meshslice
-# key names: NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac2; NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py initialize_ub @ fecb10bd
+# key names: NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64; NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py initialize_ub @ fecb10bd
 # assumed: embeddings tied (Megatron's default): the plan's model does not say
 # assumed: sequence parallelism on: the plan shards every activation over the tensor-parallel chips, and userbuffers overlap requires it
 # assumed: data parallel 4 = world size / (TP x PP): launch 256 GPUs
