@@ -11,6 +11,29 @@ from hypothesis import HealthCheck, settings
 REPO = Path(__file__).resolve().parent.parent
 
 
+EXAMPLES = sorted(
+    p for p in (REPO / "examples").glob("*.yaml") if not p.name.startswith("pipeline-")
+)
+
+
+@pytest.fixture(scope="session")
+def example_plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One `meshtune plan --out` JSON per bundled example (not the pipeline
+    tool's), planned once per test session."""
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    folder = tmp_path_factory.mktemp("example-plans")
+    out = {}
+    for example in EXAMPLES:
+        plan = folder / f"{example.stem}.json"
+        result = CliRunner().invoke(main, ["plan", str(example), "--out", str(plan)])
+        assert result.exit_code == 0, (example.name, result.output)
+        out[example.stem] = plan
+    return out
+
+
 @pytest.fixture()
 def repo_root(monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run the test from the repository root (relative example paths)."""

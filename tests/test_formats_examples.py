@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES
 
 from autotune.cli import main
 from autotune.formats.export import TARGETS, export_plan
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted(
-    p for p in (REPO / "examples").glob("*.yaml") if not p.name.startswith("pipeline-")
-)
-ONE_D_ONLY = {"megatron", "torchtitan"}
+ONE_D_ONLY = {"megatron", "torchtitan", "mindformers"}
 
 
 def _run(*args: str):
@@ -26,16 +23,9 @@ def _run(*args: str):
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def plans(example_plans: dict[str, Path]) -> dict[str, Path]:
     """One `meshtune plan --out` JSON per example."""
-    folder = tmp_path_factory.mktemp("plans")
-    out = {}
-    for example in EXAMPLES:
-        plan = folder / f"{example.stem}.json"
-        result = _run("plan", str(example), "--out", str(plan))
-        assert result.exit_code == 0, (example.name, result.output)
-        out[example.stem] = plan
-    return out
+    return example_plans
 
 
 def test_examples_found() -> None:

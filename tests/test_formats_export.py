@@ -245,33 +245,48 @@ def test_torchtitan_toml_against_job_config() -> None:
     assert p["enable_async_tensor_parallel"] and config["compile"]["enable"]
 
 
-def test_mindformers_keys_and_lists() -> None:
-    """Against mindformers pretrain_llama2_70b.yaml @ 243b72b3; the offset
-    list is `meshtune pipeline`'s for an even split."""
-    known = _fixture("mindformers-keys.json")
+def test_mindformers_values_of_the_1d_plan() -> None:
+    """Hand-computed from the fixture plan (dp 4, tp 8, pp 8 x 2 chunks of 6,
+    2 sequences per micro-batch, 8 micro-batches, full recomputation, ZeRO-1);
+    the loader tests (tests/test_trainer_loaders.py) check what MindFormers
+    makes of them."""
     files = {f.name: f.text for f in export_plan(str(PLAN_1D), "mindformers").files}
     config = yaml.safe_load(files["mindformers.yaml"])
-    assert set(config["parallel_config"]) <= set(known["parallel_config"])
-    assert set(config["recompute_config"]) <= set(known["recompute_config"])
-    model = config["model"]["model_config"]
-    assert set(model) <= set(known["model_config"])
-    assert model["compute_dtype"] in known["compute_dtype"]
-    par = config["parallel_config"]
-    assert par["data_parallel"] * par["model_parallel"] * par["pipeline_stage"] == 256
-    # 96 layers over 8 stages: 12 each, offsets 0; the plan recomputes every block (full)
-    assert model["offset"] == [0] * 8
+    assert config["runner_config"] == {"batch_size": 2, "gradient_accumulation_steps": 1}
+    assert config["parallel_config"] == {
+        "data_parallel": 4,
+        "model_parallel": 8,
+        "use_seq_parallel": True,
+        "pipeline_stage": 8,
+        "micro_batch_num": 8,
+    }
+    parallel = config["parallel"]
+    assert parallel["dataset_strategy"] == [[4, 1]] * 4 + [[4, 1, 1, 1]]
+    assert parallel["enable_parallel_optimizer"] is True
+    # level1: gradient_accumulation_shard is refused beside any level but level2
+    assert parallel["parallel_optimizer_config"]["optimizer_level"] == "level1"
+    assert "gradient_accumulation_shard" not in parallel["parallel_optimizer_config"]
+    assert parallel["pipeline_config"]["pipeline_interleave"] is True
     assert config["recompute_config"]["recompute"] is True
     assert config["recompute_config"]["select_recompute"] is False
-    assert par["micro_batch_num"] == 8
+    model = config["model"]["model_config"]
+    assert model["pp_interleave_num"] == 2
+    assert model["offset"] == [[0] * 8, [0] * 8]
+    assert (model["num_hidden_layers"], model["num_attention_heads"]) == (96, 96)
+    assert model["intermediate_size"] == 4 * 12288 and model["head_dim"] == 128
 
 
 def test_mindformers_offsets_with_a_remainder(tmp_path: Path) -> None:
     doc = json.loads(PLAN_1D.read_text())
-    doc["provenance"]["model"]["num_layers"] = 99  # 99 = 8 * 12 + 3: the last 3 stages take 13
+    # 99 = 16 * 6 + 3 layers: the second chunks of stages 5-7 take 7
+    doc["provenance"]["model"]["num_layers"] = 99
+    for stage in doc["pipeline"]["stages"]:
+        stage["layers_per_chunk"] = [6, 7 if stage["stage"] >= 5 else 6]
+        stage["layers"] = sum(stage["layers_per_chunk"])
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(doc))
     config = yaml.safe_load(export_plan(str(plan), "mindformers").files[0].text)
-    assert config["model"]["model_config"]["offset"] == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert config["model"]["model_config"]["offset"] == [[0] * 8, [0, 0, 0, 0, 0, 1, 1, 1]]
 
 
 # -- the JAX module runs -------------------------------------------------------------

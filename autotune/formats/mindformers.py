@@ -1,19 +1,36 @@
-"""The MindFormers export: `parallel_config`, `recompute_config` and the
-model's pipeline `offset`, from a plan.
+"""The MindFormers export: the keys of MindFormers' dense pre-training
+template that a plan decides, to merge into it. 1D plans only:
+`model_parallel` is one axis (a 2D plan's product of both would be sharded
+as one, and MindFormers refuses heads that it does not divide).
 
-The offset and recompute lists are the ones `meshtune pipeline` writes
-(:func:`autotune.pipeline.result.seed_config`), here for the plan's even
-layer split (:func:`autotune.pipeline.assignment.even_layer_split`: the
-remainder on the last stages) with no layer recomputed, which is what the
-plan's step time assumes. Balanced, memory-aware lists come from `meshtune
-pipeline`.
+Target: MindFormers 2.0.0 (PyPI; mindspore-lab/mindformers r2.0.0, commit
+56edae9) on MindSpore 2.10.0, the newest pair that installs together (2.1.0
+needs MindSpore 2.11, not on PyPI), with its mcore models (`use_legacy:
+False`) and `configs/general/llm_pretrain_dense_template.yaml` as the base.
 
-Key names: mindspore-lab/mindformers `configs/llama2/pretrain_llama2_70b.yaml`
-at commit 243b72b3 (`parallel_config.{data_parallel, model_parallel,
-pipeline_stage, use_seq_parallel, micro_batch_num}`, `recompute_config.
-{recompute, select_recompute}`, `model.model_config.{seq_length,
-hidden_size, num_layers, num_heads, n_kv_heads, vocab_size, offset,
-compute_dtype}`) and its recomputation guide for `select_comm_recompute`.
+What the trainer does with the keys (mindformers 2.0.0
+`trainer/base_trainer.py` lines 201-318, `parallel_core/training_graph/
+transformer/utils.py` LayerSetting, MindSpore
+`parallel/_auto_parallel_context.py`):
+
+- Global batch: with pipeline stages, `batch_size x data_parallel x
+  micro_batch_num` (and gradient accumulation is forced to 1); without,
+  `batch_size x data_parallel x gradient_accumulation_steps` (and
+  `micro_batch_num` is reset to 1). `runner_config.batch_size` is the
+  micro-batch in sequences per data-parallel rank.
+- Interleaving: `model_config.pp_interleave_num` takes effect only with
+  `parallel.pipeline_config.pipeline_interleave: true`; then each chunk j of
+  stage s holds `num_layers // (pp x v) + offset[j][s]` layers (a 1-D offset
+  per stage without interleaving).
+- `parallel.dataset_strategy` must start with `data_parallel` on every input
+  column (the template's own list is tied to its data_parallel of 2).
+- ZeRO is MindSpore's parallel optimizer: `parallel.enable_parallel_optimizer`
+  (the template turns it on) and `parallel_optimizer_config.optimizer_level`;
+  MindSpore refuses `gradient_accumulation_shard` beside any level but
+  level2, so that section replaces the template's whole.
+- Model shape: the mcore names (`num_hidden_layers`, `num_attention_heads`,
+  `num_key_value_heads`, `intermediate_size`, `head_dim`); the legacy names
+  (`num_layers`, `num_heads`, `n_kv_heads`) are refused or ignored there.
 """
 
 from __future__ import annotations
@@ -27,41 +44,34 @@ from autotune.formats.export import (
     commented,
     finish,
     header_lines,
+    needs_1d,
 )
 from autotune.formats.plan_view import PlanView
-from autotune.pipeline.assignment import even_layer_split, uniform_assignment
-from autotune.pipeline.problem import EndBlock, LayerGroup, Problem, RecomputeOption, Schedule
-from autotune.pipeline.result import SeedConfig, seed_config
+from autotune.specs.model import FfnKind, PositionEncoding
 
 KEYS_FROM = (
-    "mindspore-lab/mindformers configs/llama2/pretrain_llama2_70b.yaml @ 243b72b3 "
-    "and its recomputation guide (select_comm_recompute)"
+    "MindFormers 2.0.0 (mindspore-lab/mindformers r2.0.0 @ 56edae9) with MindSpore 2.10.0: "
+    "configs/general/llm_pretrain_dense_template.yaml, trainer/base_trainer.py"
 )
 FILE_NAME = "mindformers.yaml"
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# The dense template's train_dataset.input_columns: input_ids, labels,
+# loss_mask, position_ids (each [batch, seq]) and attention_mask ([batch, 1, seq, seq]).
+_COLUMN_RANKS = (2, 2, 2, 2, 4)
+# ZeRO stage -> MindSpore's parallel optimizer level (level1 shards weights and
+# optimizer state, level2 also gradients, level3 re-gathers weights for the backward).
+_LEVELS = {1: "level1", 2: "level2", 3: "level3"}
 
 
-def even_split_lists(view: PlanView) -> SeedConfig:
-    """The seed framework's lists for the plan's stages: even layer split,
-    no recomputation (times and memories play no part in them, so the
-    problem carries unit times and no memory)."""
-    t = view.training
-    nothing = EndBlock(forward_s=0.0, backward_s=0.0, memory_bytes=0.0)
-    problem = Problem(
-        num_stages=t.pipeline_parallel,
-        num_chunks=1,
-        num_micro_batches=view.micro_batches,
-        schedule=Schedule.ONE_F_ONE_B,
-        min_layers_per_chunk=0,
-        options=(RecomputeOption("none", 0.0),),
-        # unit time and no memory: the lists depend on layer counts only
-        groups=(LayerGroup("block", view.model.num_layers, 1.0, 1.0, 0.0, (0.0,)),),
-        head=nothing,
-        tail=nothing,
-        constant_bytes=0.0,
-        memory_cap_bytes=1.0,
-    )
-    return seed_config(problem, uniform_assignment(problem, even_layer_split(problem), 0))
+def layer_offsets(view: PlanView) -> list[int] | list[list[int]]:
+    """MindFormers' `offset` for the plan's split: chunk j of stage s holds
+    num_layers // (pp x v) + offset[j][s] layers (one list per stage without
+    interleaving)."""
+    pp, vp = view.training.pipeline_parallel, view.interleave
+    base = view.model.num_layers // (pp * vp)
+    counts = view.virtual_stage_layers
+    rows = [[counts[j * pp + s] - base for s in range(pp)] for j in range(vp)]
+    return rows[0] if vp == 1 else rows
 
 
 def _yaml(tree: dict[str, object], indent: str = "") -> str:
@@ -75,67 +85,96 @@ def _yaml(tree: dict[str, object], indent: str = "") -> str:
 
 
 def export_mindformers(view: PlanView) -> Export:
-    """mindformers.yaml with the parallel, recompute and model sections."""
+    """mindformers.yaml: runner, parallel, context-parallel, recompute and
+    model keys of the dense template."""
+    needs_1d(view, "mindformers", "MindFormers")
     notes = Notes()
     t, m = view.training, view.model
-    pp = t.pipeline_parallel
-    parallel: dict[str, object] = {"data_parallel": t.data_parallel}
-    if view.is_1d:
-        parallel["model_parallel"] = view.tensor_parallel
-        parallel["use_seq_parallel"] = view.tensor_parallel > 1 and view.sequence_parallel
-    else:
-        notes.drop(
-            f"model_parallel: the plan's {view.num_rows} x {view.num_cols} 2D tensor "
-            "parallelism has no MindFormers key (model_parallel is one axis); export --to jax"
-        )
-    parallel["pipeline_stage"] = pp
-    parallel["micro_batch_num"] = view.micro_batches
-    lists = even_split_lists(view)
-    one = pp == 1  # a single stage takes scalars, several take per-stage lists
-    # True recomputes every layer of every stage; the plan's choice is uniform.
+    pp, vp, dp = t.pipeline_parallel, view.interleave, t.data_parallel
+    parallel_config: dict[str, object] = {
+        "data_parallel": dp,
+        "model_parallel": view.tensor_parallel,
+        "use_seq_parallel": view.tensor_parallel > 1 and view.sequence_parallel,
+        "pipeline_stage": pp,
+        "micro_batch_num": view.micro_batches if pp > 1 else 1,
+    }
+    runner = {
+        "batch_size": view.micro_batch_sequences,
+        "gradient_accumulation_steps": 1 if pp > 1 else view.micro_batches,
+    }
+    context: dict[str, object] = {
+        "dataset_strategy": [[dp] + [1] * (rank - 1) for rank in _COLUMN_RANKS],
+        "enable_parallel_optimizer": view.zero_stage > 0 and dp > 1,
+    }
+    notes.assume(
+        "dataset_strategy for the dense template's five input columns (input_ids, labels, "
+        "loss_mask, position_ids, attention_mask); one entry per column of yours"
+    )
+    if view.zero_stage > 0 and dp > 1:
+        level = _LEVELS[view.zero_stage]
+        optimizer: dict[str, object] = {"optimizer_level": level}
+        if level == "level2":
+            optimizer["gradient_accumulation_shard"] = True
+        optimizer["parallel_optimizer_threshold"] = 64
+        context["parallel_optimizer_config"] = optimizer
+        if view.zero_stage == 1:
+            notes.drop(
+                "ZeRO stage 1: MindSpore's level1 also shards the weights (gathered before "
+                "the forward), more than the plan's optimizer-state-only sharding"
+            )
+    if vp > 1:
+        context["pipeline_config"] = {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
     recompute = {
         "recompute": view.recompute == "full",
         "select_recompute": view.recompute == "selective",
         "select_comm_recompute": False,
     }
-    if view.interleave > 1:
+    if view.recompute not in ("none", "selective", "full"):
         notes.drop(
-            f"interleave {view.interleave}: parallel_config has no virtual-pipeline key; "
-            "the YAML runs one chunk per stage"
-        )
-    if view.zero_stage > 0 and t.data_parallel > 1:
-        notes.drop(
-            f"ZeRO stage {view.zero_stage}: set MindFormers' parallel.enable_parallel_optimizer "
-            "(a context key outside parallel_config) yourself"
-        )
-    if not one:
-        notes.assume(
-            "even layer split (remainder on the last stages): the plan does not balance "
-            "stages; `meshtune pipeline` does"
+            f"recompute {view.recompute}: per-stage recomputation lists come from `meshtune "
+            "pipeline`; the YAML recomputes nothing"
         )
     model: dict[str, object] = {
         "seq_length": t.sequence_length,
         "hidden_size": m.hidden_size,
-        "num_layers": m.num_layers,
-        "num_heads": m.num_heads,
+        "intermediate_size": m.ffn_size,
+        "num_hidden_layers": m.num_layers,
+        "num_attention_heads": m.num_heads,
+        "num_key_value_heads": m.kv_heads,
+        "head_dim": m.head_dim,
     }
-    if m.kv_heads != m.num_heads:
-        model["n_kv_heads"] = m.kv_heads
     if m.vocab_size is not None:
         model["vocab_size"] = m.vocab_size
     if t.dtype.value in _DTYPES:
         model["compute_dtype"] = _DTYPES[t.dtype.value]
     else:
         notes.drop(f"dtype {t.dtype.value}: MindFormers' compute_dtype has no such value")
-    model["offset"] = 0 if one else lists.offset
+    if vp > 1:
+        model["pp_interleave_num"] = vp
+    model["offset"] = layer_offsets(view) if pp > 1 else 0
+    if m.ffn_kind != FfnKind.SWIGLU or m.position_encoding != PositionEncoding.ROTARY:
+        notes.drop(
+            f"a {m.ffn_kind.value} FFN with {m.position_encoding.value} positions: MindFormers' "
+            "mcore models (Qwen3, TeleChat3) are gated-FFN rotary decoders"
+        )
+    notes.assume(
+        "model_type from pretrained_model_dir's config.json (an mcore model such as qwen3); "
+        "the shape keys here override it"
+    )
     notes.drop(
         "per-layer dataflows and slice counts: MindFormers shards FC layers by its own "
         "parallel strategy"
     )
     head = commented(header_lines(view, "mindformers", KEYS_FROM, notes))
-    usage = "# use: merge into your model's MindFormers YAML (these keys replace its own)\n"
+    usage = (
+        "# use: merge into configs/general/llm_pretrain_dense_template.yaml (these keys replace "
+        "its own; parallel.parallel_optimizer_config replaces the whole section), then\n"
+        "#   msrun ... run_mindformer.py --config <merged>.yaml\n"
+    )
     tree = {
-        "parallel_config": parallel,
+        "runner_config": runner,
+        "parallel_config": parallel_config,
+        "parallel": context,
         "recompute_config": recompute,
         "model": {"model_config": model},
     }
