@@ -5,6 +5,7 @@ run on 8 virtual CPU devices against a plain matmul, and bad input."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -101,7 +102,9 @@ def test_refusal_names_the_targets_that_can(tmp_path: Path) -> None:
 def test_print_without_out() -> None:
     proc = _meshtune("export", str(PLAN_1D), "--to", "torchtitan")
     assert proc.returncode == 0
-    assert proc.stdout.startswith("==> torchtitan.toml <==\n# meshtune export --to torchtitan")
+    assert proc.stdout.startswith(
+        "==> meshtune_torchtitan.py <==\n# meshtune export --to torchtitan"
+    )
 
 
 # -- key sets of the targets' sources ----------------------------------------------
@@ -196,53 +199,45 @@ def test_userbuffers_yaml_against_initialize_ub() -> None:
     assert cfg["fc1_dgrad"]["num_splits"] == s[("ffn_up", "backward_data")]
 
 
-_PRIMITIVES = {"int": int, "bool": bool, "str": str, "float": (int, float)}
+def _module_constants(text: str) -> dict[str, object]:
+    """The literal constants at the top of the torchtitan config module
+    (every assignment before its first import)."""
+    values: dict[str, object] = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            break
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
+    return values
 
 
-def _fits(value: object, annotation: str) -> bool:
-    """A TOML value against a job_config.py annotation (the kinds used)."""
-    for option in (a.strip() for a in annotation.split("|")):
-        if option.startswith("Literal["):
-            if value in [v.strip().strip("'\"") for v in option[8:-1].split(",")]:
-                return True
-        elif option.startswith("list["):
-            if isinstance(value, list) and all(_fits(v, option[5:-1]) for v in value):
-                return True
-        elif option in _PRIMITIVES:
-            if option != "bool" and isinstance(value, bool):
-                continue
-            if isinstance(value, _PRIMITIVES[option]):
-                return True
-    return False
-
-
-def test_torchtitan_toml_against_job_config() -> None:
-    """Against torchtitan 0.2.0 JobConfig: sections and fields exist (its
-    ConfigManager._dict_to_dataclass rejects unknown ones) and every value
-    fits the field's annotation."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    job = _fixture("torchtitan-0.2.0-job_config.json")
+def test_torchtitan_module_values_of_the_1d_plan() -> None:
+    """Hand-computed from the fixture plan (dp 4 with ZeRO-1, tp 8, pp 8 x 2
+    chunks of 6, 8 micro-batches of 2, full recomputation, sliced GEMMs); the
+    loader tests (tests/test_trainer_loaders.py) build it with torchtitan."""
     files = {f.name: f.text for f in export_plan(str(PLAN_1D), "torchtitan").files}
-    config = tomllib.loads(files["torchtitan.toml"])
-    for section, values in config.items():
-        assert section in job, section
-        for key, value in values.items():
-            assert key in job[section], f"{section}.{key}"
-            assert _fits(value, job[section][key]), (section, key, value, job[section][key])
-    p = config["parallelism"]
-    assert (
-        p["data_parallel_replicate_degree"]
-        * p["data_parallel_shard_degree"]
-        * p["tensor_parallel_degree"]
-        * p["pipeline_parallel_degree"]
-        == 256
-    )
-    # the fixture plan: ZeRO-1 over 4 replicas, full recomputation, 2 chunks of 6 blocks
-    assert p["data_parallel_shard_degree"] == 4 and p["fsdp_reshard_after_forward"] == "never"
-    assert config["activation_checkpoint"]["mode"] == "full"
+    text = files["meshtune_torchtitan.py"]
+    compile(text, "meshtune_torchtitan.py", "exec")
+    values = _module_constants(text)
+    assert values["LAYERS_PER_VIRTUAL_STAGE"] == [6] * 16
+    assert values["TRAINING"] == {
+        "local_batch_size": 16,  # 8 micro-batches of 2 per replica and step
+        "global_batch_size": 64,
+        "seq_len": 2048,
+        "dtype": "float32",
+        "mixed_precision_param": "bfloat16",
+        "mixed_precision_reduce": "float32",
+        "disable_cuda_graphs": True,
+    }
+    p = values["PARALLELISM"]
+    assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == (1, 4)
+    assert p["fsdp_reshard_after_forward"] == "never"
+    assert (p["tensor_parallel_degree"], p["pipeline_parallel_degree"]) == (8, 8)
     assert p["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert p["pipeline_parallel_layers_per_stage"] == 96 // (8 * 2)
-    assert p["enable_async_tensor_parallel"] and config["compile"]["enable"]
+    assert p["pipeline_parallel_microbatch_size"] == 2
+    assert values["ACTIVATION_CHECKPOINT"] == "full"
+    assert values["COMPILE"]["enable_async_tensor_parallel"] is True
+    assert (values["NUM_LAYERS"], values["DIM"], values["FFN_HIDDEN"]) == (96, 12288, 49152)
 
 
 def test_mindformers_values_of_the_1d_plan() -> None:

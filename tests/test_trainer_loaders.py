@@ -229,3 +229,116 @@ def test_megatron_loads_every_example(plans: dict[str, Path], case: str, tmp_pat
     assert loaded["distributed_optimizer"] == (c["zero_stage"] >= 1)
     if c["zero_stage"] >= 2:
         assert any(line.startswith(f"ZeRO stage {c['zero_stage']}") for line in not_expressed)
+
+
+# -- torchtitan ------------------------------------------------------------------
+
+
+def _torchtitan(plan: Path, out: Path) -> tuple[dict, list[str]]:
+    code, not_expressed = _export(plan, "torchtitan", out)
+    assert code == 0
+    python = _venv("torchtitan")
+    return _check(python, "torchtitan_check.py", out / "meshtune_torchtitan.py"), not_expressed
+
+
+def _variant(tmp_path: Path, change) -> Path:
+    doc = json.loads(PLAN_1D.read_text())
+    change(doc)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_torchtitan_loads_and_builds_every_example(
+    plans: dict[str, Path], case: str, tmp_path: Path
+) -> None:
+    doc = json.loads(plans[case].read_text())
+    if not _is_1d(doc):
+        assert _export(plans[case], "torchtitan", tmp_path)[0] == 2
+        return
+    loaded, not_expressed = _torchtitan(plans[case], tmp_path)
+    assert _compare(loaded, plan_values(doc), SHARED_KEYS) == []
+    c = doc["configuration"]
+    assert loaded["compute_dtype"] == {"bf16": "bfloat16", "fp32": "float32"}[c["dtype"]]
+    assert loaded["activation_checkpoint"] == c["recompute"]
+    zero = c["zero_stage"] if c["data_parallel"] > 1 else 0
+    assert loaded["data_parallel_shard"] == (c["data_parallel"] if zero else 1)
+    if zero:
+        reshard = "always" if zero == 3 else "never"
+        assert loaded["fsdp_reshard_after_forward"] == reshard
+    if zero == 1:
+        assert any(line.startswith("ZeRO stage 1") for line in not_expressed)
+
+
+def test_torchtitan_0_3_0_has_no_toml_loader_so_the_export_is_a_config_module(tmp_path: Path):
+    """`pip install torchtitan` gives 0.3.0, whose ConfigManager imports a
+    module and calls a function: the export is that module (regression)."""
+    loaded, _ = _torchtitan(PLAN_1D, tmp_path)
+    assert loaded["versions"]["torchtitan"] == "0.3.0"
+    assert not list(tmp_path.glob("*.toml"))
+
+
+def test_torchtitan_interleaved_export_builds_not_17_virtual_stages(tmp_path: Path):
+    """ "Number of virtual stages (17) must be divisible by pipeline parallel
+    size (8)": torchtitan counted the embedding and output as layers
+    (regression): 96 layers on 8 stages x 2 chunks build 6 per chunk."""
+    loaded, _ = _torchtitan(PLAN_1D, tmp_path)
+    assert loaded["interleave"] == 2
+    assert loaded["virtual_stage_layers"] == [6] * 16
+
+
+def test_torchtitan_pp8_of_96_layers_builds_12_per_stage_not_12_13_11(tmp_path: Path):
+    """Without an explicit split a PP8 plan of 96 layers built as
+    [12, 13, 12, 12, 12, 12, 12, 11] (regression)."""
+
+    def one_chunk(doc: dict) -> None:
+        doc["configuration"]["interleave"] = 1
+        for stage in doc["pipeline"]["stages"]:
+            stage["layers_per_chunk"] = [12]
+        doc["pipeline"]["schedule"] = "1f1b"
+
+    loaded, _ = _torchtitan(_variant(tmp_path, one_chunk), tmp_path / "out")
+    assert loaded["virtual_stage_layers"] == [12] * 8
+
+
+def test_torchtitan_uneven_split_10_11_11_builds_as_planned(tmp_path: Path):
+    """An uneven plan [10, 11, 11] built as [11, 11, 10] (regression)."""
+
+    def three_stages(doc: dict) -> None:
+        c = doc["configuration"]
+        c.update(pipeline_parallel=3, interleave=1, data_parallel=4, num_chips=96)
+        doc["provenance"]["model"]["num_layers"] = 32
+        doc["pipeline"]["schedule"] = "1f1b"
+        doc["pipeline"]["stages"] = [
+            {"stage": s, "layers": n, "layers_per_chunk": [n], "recompute": {"full": n}}
+            for s, n in enumerate([10, 11, 11])
+        ]
+
+    loaded, _ = _torchtitan(_variant(tmp_path, three_stages), tmp_path / "out")
+    assert loaded["virtual_stage_layers"] == [10, 11, 11]
+
+
+def test_torchtitan_data_parallel_1_with_tp_and_pp_computes_in_bfloat16(
+    plans: dict[str, Path], tmp_path: Path
+) -> None:
+    """With data parallel 1 plus TP/PP, mixed_precision_param bfloat16 was
+    ignored and training ran in float32 (regression, torchtitan 0.2.0): the
+    built chunks carry fully_shard's bfloat16 policy."""
+    doc = json.loads(plans["megatron-gpt-175b-a100"].read_text())
+    assert doc["configuration"]["data_parallel"] == 1
+    assert doc["configuration"]["tensor_parallel"] > 1
+    assert doc["configuration"]["pipeline_parallel"] > 1
+    loaded, _ = _torchtitan(plans["megatron-gpt-175b-a100"], tmp_path)
+    assert loaded["compute_dtype"] == "bfloat16"
+
+
+def test_torchtitan_zero0_with_data_parallel_above_1_builds(tmp_path: Path):
+    """ZeRO-0 with data parallel above 1 failed ("DDP has not supported > 1D
+    parallelism") (regression): plain replicas beside TP and PP build."""
+
+    def zero0(doc: dict) -> None:
+        doc["configuration"]["zero_stage"] = 0
+
+    loaded, _ = _torchtitan(_variant(tmp_path, zero0), tmp_path / "out")
+    assert (loaded["data_parallel"], loaded["data_parallel_shard"]) == (4, 1)

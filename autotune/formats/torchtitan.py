@@ -1,19 +1,41 @@
-"""The torchtitan export: the TOML job config (`--job.config_file`) for 1D
-plans (torchtitan's tensor parallelism is Megatron-style, one axis).
+"""The torchtitan export: a Python config module for torchtitan 0.3.0 (what
+`pip install torchtitan` gives), for 1D plans (torchtitan's tensor
+parallelism is Megatron-style, one axis).
 
-Key names and value sets: torchtitan 0.2.0 (PyPI), `torchtitan/config/
-job_config.py`, the last release whose `ConfigManager` reads TOML (0.3.0
-replaced it with Python config registries): sections `job`, `training`,
-`parallelism`, `activation_checkpoint` (`mode`: selective, full,
-memory_budget, none) and `compile` (`enable`, `components`); pipeline
-schedule names are those of `torch.distributed.pipelining` ("1F1B").
-Async tensor parallelism (`enable_async_tensor_parallel`) only takes effect
-with `compile.enable`, as the config's own documentation says.
+torchtitan 0.3.0 reads no TOML: `torchtitan.train --module M --config F`
+imports module M and calls F() for a `Trainer.Config` (config/manager.py).
+The export is that module, `meshtune_torchtitan.py`, with `meshtune_plan()`.
+Its values sit in constants at the top; the code below them builds
+torchtitan's Llama 3 decoder at the plan's dimensions from the public
+pieces of `torchtitan.models.common` and `torchtitan.models.llama3` (the
+flavor builders in models/llama3/__init__.py are private), and the
+training, parallelism, activation-checkpoint and compile configs.
+
+How torchtitan 0.3.0 reads them (pytorch/torchtitan release/0.3 @ 4f9e9a47,
+the files identical to the 0.3.0 wheel's; trainer.py, config/configs.py,
+distributed/pipeline_parallel.py, models/llama3/parallelize.py):
+
+- Batch: `local_batch_size` is a replica's sequences per optimizer step
+  with pipeline parallelism (split into micro-batches of
+  `pipeline_parallel_microbatch_size`) and one micro-batch without; then
+  gradient accumulation = global / (local x replicate x shard degree).
+- Precision: parameters kept in `dtype` float32, computed in
+  `mixed_precision_param` bfloat16 through fully_shard's policy, which
+  parallelize_llama installs at every data-parallel degree, 1 included.
+- ZeRO: 0 is `data_parallel_replicate_degree`; 1 and 2 are FSDP shards kept
+  gathered after the forward (`fsdp_reshard_after_forward = "never"`); 3
+  re-gathers (`"always"`).
+- Pipeline: `module_fqns_per_model_part` lists every virtual stage's modules
+  in model order (the embedding with the first, norm and output with the
+  last); without it torchtitan splits by its own rule, counting the
+  embedding and output as layers (96 layers on 8 stages built as 12, 13, ...,
+  11, and `layers_per_stage` refused for interleaving).
+- `disable_cuda_graphs` must be set with pipeline parallelism
+  (Trainer.Config refuses it otherwise); async tensor parallelism is a
+  `compile` key in 0.3.0 and needs compilation.
 """
 
 from __future__ import annotations
-
-import json
 
 from autotune.formats.export import (
     Export,
@@ -26,47 +48,188 @@ from autotune.formats.export import (
 )
 from autotune.formats.megatron import mismatches
 from autotune.formats.plan_view import PlanView
+from autotune.specs.model import FfnKind, PositionEncoding
 
-KEYS_FROM = "torchtitan 0.2.0 torchtitan/config/job_config.py (TOML job config)"
-FILE_NAME = "torchtitan.toml"
+KEYS_FROM = "torchtitan 0.3.0 (PyPI; pytorch/torchtitan release/0.3 @ 4f9e9a47) config registry"
+MODULE = "meshtune_torchtitan"
+FILE_NAME = f"{MODULE}.py"
 _PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
+# torchtitan's Llama 3 RoPE base (models/llama3/__init__.py); plans do not record one.
+ROPE_THETA = 500000.0
+
+# The module's code below its constants: the same for every plan.
+_BODY = '''
+from functools import partial
+
+import torch.nn as nn
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.components.optimizer import default_adamw
+from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+from torchtitan.distributed.pipeline_parallel import pipeline_llm
+from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import (
+    get_attention_config,
+    make_ffn_config,
+    make_gqa_config,
+)
+from torchtitan.models.llama3 import parallelize_llama
+from torchtitan.models.llama3.model import Llama3Model, Llama3TransformerBlock
+from torchtitan.protocols.model_spec import ModelSpec
+from torchtitan.trainer import Trainer
 
 
-def _toml(sections: dict[str, dict[str, object]]) -> str:
-    # Strings, integers, booleans and lists of strings: JSON spells them as TOML does.
-    out = []
-    for name, values in sections.items():
-        out.append(f"\n[{name}]\n")
-        out += [f"{key} = {json.dumps(value)}\n" for key, value in values.items()]
-    return "".join(out)
+def _linear_init(std):
+    return {"weight": partial(nn.init.trunc_normal_, std=std), "bias": nn.init.zeros_}
+
+
+_NORM_INIT = {"weight": nn.init.ones_}
+
+
+def _model():
+    """torchtitan's Llama 3 decoder (RMSNorm, RoPE, SwiGLU) at the plan's shape."""
+    rope = ComplexRoPE.Config(dim=HEAD_DIM, max_seq_len=SEQ_LEN, theta=ROPE_THETA)
+    layers = [
+        Llama3TransformerBlock.Config(
+            attention_norm=RMSNorm.Config(normalized_shape=DIM, param_init=_NORM_INIT),
+            ffn_norm=RMSNorm.Config(normalized_shape=DIM, param_init=_NORM_INIT),
+            attention=make_gqa_config(
+                dim=DIM,
+                n_heads=N_HEADS,
+                n_kv_heads=N_KV_HEADS,
+                wqkv_param_init=_linear_init(0.02),
+                wo_param_init=_linear_init(0.02 / (2 * (i + 1)) ** 0.5),
+                inner_attention=get_attention_config("flex"),
+                fuse_qkv=True,
+                rope=rope,
+            ),
+            feed_forward=make_ffn_config(
+                dim=DIM,
+                hidden_dim=FFN_HIDDEN,
+                w1_param_init=_linear_init(0.02),
+                w2w3_param_init=_linear_init(0.02 / (2 * (i + 1)) ** 0.5),
+            ),
+        )
+        for i in range(NUM_LAYERS)
+    ]
+    return Llama3Model.Config(
+        dim=DIM,
+        vocab_size=VOCAB_SIZE,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB_SIZE,
+            embedding_dim=DIM,
+            param_init={"weight": partial(nn.init.normal_, std=1.0)},
+        ),
+        norm=RMSNorm.Config(normalized_shape=DIM, param_init=_NORM_INIT),
+        lm_head=Linear.Config(
+            in_features=DIM, out_features=VOCAB_SIZE, param_init=_linear_init(DIM**-0.5)
+        ),
+        layers=layers,
+    )
+
+
+def _model_parts(per_stage):
+    """Module names of every virtual stage in model order: the embedding with
+    the first, the final norm and output with the last."""
+    parts, first = [], 0
+    for k, count in enumerate(per_stage):
+        names = [f"layers.{i}" for i in range(first, first + count)]
+        first += count
+        if k == 0:
+            names.insert(0, "tok_embeddings")
+        if k == len(per_stage) - 1:
+            names += ["norm", "lm_head"]
+        parts.append(names)
+    return parts
+
+
+def meshtune_plan():
+    spec = ModelSpec(
+        name="llama3",
+        flavor=FLAVOR,
+        model=_model(),
+        parallelize_fn=parallelize_llama,
+        pipelining_fn=pipeline_llm,
+        post_optimizer_build_fn=None,
+        state_dict_adapter=None,
+    )
+    checkpoint = {"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}
+    parallelism = ParallelismConfig(**PARALLELISM)
+    if parallelism.pipeline_parallel_degree > 1:
+        parallelism.module_fqns_per_model_part = _model_parts(LAYERS_PER_VIRTUAL_STAGE)
+    return Trainer.Config(
+        model_spec=spec,
+        loss=ChunkedLossWrapper.Config(
+            loss_fn=CrossEntropyLoss.Config(global_vocab_size=VOCAB_SIZE)
+        ),
+        optimizer=default_adamw(lr=3e-4),
+        training=TrainingConfig(**TRAINING),
+        parallelism=parallelism,
+        activation_checkpoint=checkpoint[ACTIVATION_CHECKPOINT],
+        compile=CompileConfig(**COMPILE),
+        dataloader=HuggingFaceTextDataLoader.Config(dataset="c4"),
+    )
+'''
+
+
+def _checkpointing(view: PlanView, notes: Notes) -> str:
+    """torchtitan's activation checkpointing for the plan's recomputation:
+    one mode for every block (the heaviest where the plan mixes them)."""
+    modes = {mode for stage in view.stage_recompute() for mode in stage}
+    for mode in ("full", "selective", "none"):
+        if mode in modes:
+            chosen = mode
+            break
+    if len(modes) > 1:
+        notes.drop(
+            f"recompute per stage {view.stage_recompute()}: torchtitan checkpoints every "
+            f"block alike; the module uses {chosen}"
+        )
+    if chosen == "selective":
+        notes.drop(
+            "recompute selective: torchtitan's op-level selective checkpointing keeps the "
+            "attention output and recomputes every other matmul, not the attention core only"
+        )
+    return chosen
 
 
 def export_torchtitan(view: PlanView) -> Export:
-    """torchtitan.toml: parallel degrees, batch, pipeline schedule,
-    activation checkpointing and async tensor parallelism."""
+    """meshtune_torchtitan.py: torchtitan 0.3.0's config module for the plan."""
     needs_1d(view, "torchtitan", "torchtitan")
     notes = Notes()
     t, m = view.training, view.model
-    tp = view.tensor_parallel
+    tp, pp, dp = view.tensor_parallel, t.pipeline_parallel, t.data_parallel
+    mbs = view.micro_batch_sequences
     training: dict[str, object] = {
-        "local_batch_size": t.global_batch_sequences // t.data_parallel,
+        "local_batch_size": mbs * view.micro_batches if pp > 1 else mbs,
         "global_batch_size": t.global_batch_sequences,
         "seq_len": t.sequence_length,
+        "dtype": "float32",
+        "mixed_precision_param": _PRECISION.get(t.dtype.value, "bfloat16"),
+        "mixed_precision_reduce": "float32",
     }
-    if t.dtype.value in _PRECISION:
-        training["mixed_precision_param"] = _PRECISION[t.dtype.value]
-    else:
-        notes.drop(f"dtype {t.dtype.value}: torchtitan's mixed precision is bfloat16 or float32")
-    # ZeRO over the replicas is FSDP2's shard degree: weights re-gathered for the
-    # backward (ZeRO-3) or kept gathered after the forward (ZeRO-1/2).
-    shard = t.data_parallel if view.zero_stage > 0 else 1
+    if t.dtype.value not in _PRECISION:
+        notes.drop(
+            f"dtype {t.dtype.value}: the module computes in bfloat16; add torchtitan's "
+            "float8 converter to the model yourself"
+        )
+    if pp > 1:
+        training["disable_cuda_graphs"] = True
+    shard = dp if view.zero_stage > 0 else 1
     parallelism: dict[str, object] = {
-        "data_parallel_replicate_degree": t.data_parallel // shard,
+        "spmd_backend": "partial_dtensor",
+        "data_parallel_replicate_degree": dp // shard,
         "data_parallel_shard_degree": shard,
         "tensor_parallel_degree": tp,
-        "pipeline_parallel_degree": t.pipeline_parallel,
+        "enable_sequence_parallel": tp > 1 and view.sequence_parallel,
+        "pipeline_parallel_degree": pp,
         "context_parallel_degree": 1,
     }
+    notes.assume(
+        "spmd_backend partial_dtensor: torchtitan 0.3.0's default (spmd_types) needs torch "
+        "2.14 with data or tensor parallelism"
+    )
     if shard > 1:
         parallelism["fsdp_reshard_after_forward"] = "always" if view.zero_stage == 3 else "never"
         if view.zero_stage == 1:
@@ -74,52 +237,59 @@ def export_torchtitan(view: PlanView) -> Export:
                 "ZeRO stage 1: FSDP also shards the gradients (ZeRO-2); torchtitan has no "
                 "optimizer-only sharding"
             )
-    if t.pipeline_parallel > 1:
-        parallelism["pipeline_parallel_microbatch_size"] = view.micro_batch_sequences
-        if view.interleave == 1:
-            parallelism["pipeline_parallel_schedule"] = "1F1B"
-        else:
-            parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B"
-            per_chunk = view.layers_per_chunk()
-            if per_chunk is None:
-                notes.drop(
-                    f"interleave {view.interleave}: {m.num_layers} layers do not split into "
-                    "equal chunks; set pipeline_parallel_layers_per_stage yourself"
-                )
-            else:
-                parallelism["pipeline_parallel_layers_per_stage"] = per_chunk
-    elif view.micro_batches > 1:
-        notes.drop(
-            f"micro_batches {view.micro_batches} without pipeline parallelism: torchtitan has no "
-            "gradient-accumulation key in this version"
+    if pp > 1:
+        parallelism["pipeline_parallel_schedule"] = (
+            "1F1B" if view.interleave == 1 else "Interleaved1F1B"
         )
-    checkpoint: dict[str, object] = {"mode": view.recompute}
-    if view.recompute == "selective":
-        checkpoint["selective_ac_option"] = "op"
-        notes.drop(
-            "recompute selective: torchtitan's op-level selective checkpointing keeps the "
-            "attention output and recomputes every other matmul, not the attention core only"
-        )
+        parallelism["pipeline_parallel_microbatch_size"] = mbs
     sliced = any(g.num_slices > 1 for layer in view.doc.layers for g in layer.gemms)
-    sections: dict[str, dict[str, object]] = {
-        "job": {"description": f"{m.name}: meshtune plan {view.source_name}"},
-        "training": training,
-        "parallelism": parallelism,
-        "activation_checkpoint": checkpoint,
-    }
+    compile_: dict[str, object] = {"enable": False}
     if tp > 1 and sliced:
-        parallelism["enable_async_tensor_parallel"] = True
-        sections["compile"] = {"enable": True, "components": ["model"]}
+        compile_ = {
+            "enable": True,
+            "components": ["model", "loss"],
+            "enable_async_tensor_parallel": True,
+        }
         notes.drop(
             "per-GEMM slice counts: async tensor parallelism splits each collective matmul "
             f"into tp = {tp} steps, not the planned S"
         )
     notes.not_expressed += [f"{line} (torchtitan's TP plan fixes it)" for line in mismatches(view)]
-    notes.drop(
-        f"model {m.name} ({m.num_layers} layers, hidden {m.hidden_size}): torchtitan builds "
-        "models from model.name and model.flavor in its registry; choose the flavor with "
-        "these dimensions"
-    )
+    if m.ffn_kind != FfnKind.SWIGLU or m.position_encoding != PositionEncoding.ROTARY:
+        notes.drop(
+            f"a {m.ffn_kind.value} FFN with {m.position_encoding.value} positions: the module "
+            "builds torchtitan's Llama 3 decoder (SwiGLU, RoPE, RMSNorm) at the plan's widths"
+        )
+    vocab = m.vocab_size
+    if vocab is None:
+        vocab = 128256
+        notes.assume("vocabulary 128256 (Llama 3's): the plan's model does not say")
+    notes.assume(f"RoPE theta {ROPE_THETA:g} (torchtitan's Llama 3 value)")
+    notes.assume("dataset c4 and AdamW at lr 3e-4: override them on the command line")
+    constants = {
+        "FLAVOR": f"meshtune-{m.name}",
+        "NUM_LAYERS": m.num_layers,
+        "DIM": m.hidden_size,
+        "N_HEADS": m.num_heads,
+        "N_KV_HEADS": m.kv_heads,
+        "HEAD_DIM": m.head_dim,
+        "FFN_HIDDEN": m.ffn_size,
+        "VOCAB_SIZE": vocab,
+        "SEQ_LEN": t.sequence_length,
+        "ROPE_THETA": ROPE_THETA,
+        # chunk j of stage s is virtual stage j * pp + s
+        "LAYERS_PER_VIRTUAL_STAGE": view.virtual_stage_layers,
+        "TRAINING": training,
+        "PARALLELISM": parallelism,
+        "ACTIVATION_CHECKPOINT": _checkpointing(view, notes),
+        "COMPILE": compile_,
+    }
     head = commented(header_lines(view, "torchtitan", KEYS_FROM, notes))
-    usage = "# use: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml\n"
-    return finish("torchtitan", [ExportFile(FILE_NAME, head + usage + _toml(sections))], notes)
+    usage = (
+        f"# use: PYTHONPATH=<this folder> torchrun --nproc-per-node ... -m torchtitan.train "
+        f"--module {MODULE} --config meshtune_plan --hf_assets_path <tokenizer folder>\n"
+    )
+    # Python literals (repr of ints, floats, strings, bools, lists and dicts)
+    values = "".join(f"{name} = {value!r}\n" for name, value in constants.items())
+    text = head + usage + '"""torchtitan 0.3.0 config module written by meshtune export."""\n\n'
+    return finish("torchtitan", [ExportFile(FILE_NAME, text + values + _BODY)], notes)

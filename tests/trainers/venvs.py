@@ -45,6 +45,13 @@ class Recipe:
 
 
 RECIPES = {
+    "torchtitan": Recipe(
+        name="torchtitan",
+        version="torchtitan 0.3.0 with torch 2.13.0 (CPU) and triton 3.9.0",
+        # torchtitan declares no torch requirement; it imports triton without
+        # declaring it either
+        steps=((TORCH_CPU,), ("torchtitan==0.3.0",), ("triton==3.9.0",)),
+    ),
     "mindformers": Recipe(
         name="mindformers",
         version="MindFormers 2.0.0 with MindSpore 2.10.0",
