@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.calibrate.coverage import detect_chip
+from autotune.calibrate.samples import ParsedFile
 from autotune.errors import InputError
-from autotune.hardware.chips import chip_names, load_chip, match_chip
+from autotune.hardware.chips import chip_names, load_chip, match_chip, match_chip_family
 from autotune.specs.chip import ChipSpec
 
 EXPECTED = {
@@ -105,3 +107,45 @@ def test_chip_file_and_bad_values(tmp_path) -> None:
         load_chip(bad)
     with pytest.raises(ValueError):
         ChipSpec.model_validate({"name": "x"})
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        ("NVIDIA H100", ["h100-sxm"]),
+        ("NVIDIA A100", ["a100-sxm4-40gb", "a100-sxm4-80gb"]),
+        ("NVIDIA H100 PCIe", []),
+        ("NVIDIA H100 NVL", []),
+        ("NVIDIA A100 PCIe", []),
+    ],
+)
+def test_match_chip_family(device: str, expected: list[str]) -> None:
+    assert match_chip(device) is None  # no preset's device pattern names the part
+    assert match_chip_family(device) == expected
+
+
+def _parsed(devices: tuple[str, ...]) -> ParsedFile:
+    return ParsedFile("log", "nccl-tests", "0", (), (), "", device_names=devices)
+
+
+def test_detect_chip_from_a_family_only_device_line() -> None:
+    """A device line naming only the family ("NVIDIA H100", as some tools
+    print it) takes the family's one preset, with a warning (issue 35)."""
+    chip, how, warnings = detect_chip([_parsed(("NVIDIA H100",))], None)
+    assert chip is not None and chip.name == "h100-sxm"
+    assert "matched from the device lines" in how
+    assert warnings == [
+        "the device line 'NVIDIA H100' names only the chip's family; took h100-sxm "
+        "(pass --chip for another part of the family, e.g. a PCIe card)"
+    ]
+    chip, _, warnings = detect_chip([_parsed(("AMD Instinct MI300X",))], None)
+    assert chip is not None and chip.name == "mi300x" and warnings == []
+
+
+def test_detect_chip_from_an_ambiguous_family_names_the_choices() -> None:
+    chip, why, _ = detect_chip([_parsed(("NVIDIA A100",))], None)
+    assert chip is None
+    assert why == (
+        "'NVIDIA A100' names only the chip's family: pass --chip a100-sxm4-40gb or "
+        "--chip a100-sxm4-80gb"
+    )

@@ -34,7 +34,7 @@ def detect_chip(
     """The chip of the calibration, how it was found, and warnings. A named
     chip wins; otherwise the device lines of the logs must all match one
     preset."""
-    from autotune.hardware.chips import load_chip, match_chip
+    from autotune.hardware.chips import load_chip, match_chip, match_chip_family
 
     warnings: list[str] = []
     devices = sorted({d for f in files for d in f.device_names})
@@ -50,6 +50,23 @@ def detect_chip(
     if not devices:
         return None, "no device named in the inputs", warnings
     matched = {d: match_chip(d) for d in devices}
+    for device in [d for d, m in matched.items() if m is None]:
+        family = match_chip_family(device)
+        if len(family) == 1:
+            matched[device] = family[0]
+            warnings.append(
+                f"the device line {device!r} names only the chip's family; took {family[0]} "
+                "(pass --chip for another part of the family, e.g. a PCIe card)"
+            )
+        elif family:
+            return (
+                None,
+                (
+                    f"{device!r} names only the chip's family: pass --chip "
+                    f"{' or --chip '.join(family)}"
+                ),
+                warnings,
+            )
     names = set(matched.values())
     if None in names or len(names) != 1:
         unknown = [d for d, m in matched.items() if m is None]

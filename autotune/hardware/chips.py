@@ -47,3 +47,17 @@ def match_chip(device_text: str) -> str | None:
     longest = max(length for length, _ in best)
     names = {name for length, name in best if length == longest}
     return names.pop() if len(names) == 1 else None
+
+
+def match_chip_family(device_text: str) -> list[str]:
+    """The chip presets whose family pattern matches `device_text`, a device
+    name that names the family only ("NVIDIA H100"), sorted: one preset is a
+    match, several (the A100's 40GB and 80GB) leave the choice to the user."""
+    return sorted(
+        name
+        for name in chip_names()
+        if any(
+            re.search(pattern, device_text, flags=re.IGNORECASE)
+            for pattern in _load_preset(name).family_patterns
+        )
+    )

@@ -52,6 +52,12 @@ class ChipSpec(Spec):
         description="Regular expressions (case-insensitive) matching the device names of this "
         "chip in nvidia-smi, nccl-tests, rccl-tests or JAX device_kind lines.",
     )
+    family_patterns: list[str] = Field(
+        default_factory=list,
+        description="Regular expressions (case-insensitive) matching device names that name "
+        "only this chip's family (e.g. 'NVIDIA H100'); tried when no preset's device_patterns "
+        "match, and ambiguous when presets of one family (A100 40GB and 80GB) both match.",
+    )
     figures: FigureKind = Field(
         default=FigureKind.NOMINAL,
         strict=False,
@@ -65,7 +71,7 @@ class ChipSpec(Spec):
             raise ValueError(
                 "peak_tflops_per_s is empty; fix: give at least one dtype, e.g. {bf16: 989}"
             )
-        for pattern in self.device_patterns:
+        for pattern in [*self.device_patterns, *self.family_patterns]:
             try:
                 re.compile(pattern)
             except re.error as exc:
