@@ -256,3 +256,16 @@ def test_plan_shows_the_calibrations_expected_error(repo_root, tmp_path):
     # a calibration without held-out errors (the bundled presets) leaves the key out
     old = json.loads(run("plan", "examples/gpt3.yaml", "--format", "json").stdout)
     assert "expected_error" not in old["provenance"]["calibration"]
+
+
+def test_report_names_the_resource_it_writes_not_row_and_col(tmp_path: Path) -> None:
+    """A two-host log is written as collectives.all_reduce.scale_out: the
+    report's table, regime table and plot legend say scale_out, once, not
+    the mesh axes row and col the rows were fed to (issue 35)."""
+    log = GOLDEN.parent / "fixtures" / "public_logs" / "h100_2node_all_reduce_a3mega.txt"
+    result = run("calibrate", str(log), "--out", str(tmp_path / "c.json"))
+    assert result.exit_code == 0
+    text = re.sub(r"\s+", "", result.stdout)  # table cells fold long labels
+    assert "all_reduce.scale_outregimes" in text
+    assert "all_reduce.row" not in text and "all_reduce.col" not in text
+    assert "1=all_reduce.scale_out" in text and "2=" not in text

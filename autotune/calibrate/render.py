@@ -49,10 +49,7 @@ def _pm(value: float | None, err: float | None, scale: float, digits: int = 2) -
 
 def plot_series(result: CalibrationResult) -> list[tuple[str, list[float], list[float]]]:
     """(label, fitted seconds, measured seconds) per fit, for the plots."""
-    series = [
-        (f"{f.op.value}.{f.axis.value}", list(f.fitted_s), list(f.measured_s))
-        for f in result.comm_fits
-    ]
+    series = [(label, list(f.fitted_s), list(f.measured_s)) for label, f in result.shown_fits()]
     if result.compute_fit is not None:
         c = result.compute_fit
         series.append((f"gemm {c.dtype}", list(c.fitted_s), list(c.measured_s)))
@@ -93,7 +90,7 @@ def render_calibration(
             title_justify="left",
         )
         for column in (
-            "op.axis",
+            "op.entry",
             "model",
             "n",
             "P",
@@ -107,8 +104,11 @@ def render_calibration(
             "cv msg",
             "out",
         ):
-            table.add_column(column, justify="left" if column in ("op.axis", "model") else "right")
-        for f in result.comm_fits:
+            if column == "op.entry":
+                table.add_column(column, justify="left", overflow="fold")
+            else:
+                table.add_column(column, justify="left" if column == "model" else "right")
+        for label, f in result.shown_fits():
             launch = _pm(f.launch_s, f.launch_s_stderr, 1e6, 1)
             if f.combined_latency_s is not None:
                 launch = (
@@ -116,7 +116,7 @@ def render_calibration(
                 )
             model = f.model if not f.regimes else f"{len(f.regimes)} regimes"
             table.add_row(
-                f"{f.op.value}.{f.axis.value}" + ("" if f.usable else " (not written)"),
+                label + ("" if f.usable else " (not written)"),
                 model,
                 str(f.num_points),
                 ",".join(str(p) for p in f.ring_sizes),
@@ -139,12 +139,12 @@ def render_calibration(
             highlight=False,
         )
         shown: set[tuple] = set()
-        for f in result.comm_fits:
+        for label, f in result.shown_fits():
             if f.regimes and (f.op, f.regimes) not in shown:
                 shown.add((f.op, f.regimes))
                 regime_table = Table(
                     box=box.SIMPLE,
-                    title=f"{f.op.value}.{f.axis.value} regimes",
+                    title=f"{label} regimes",
                     title_justify="left",
                 )
                 for column in ("pieces up to", "launch µs", "sync µs", "bw GB/s"):
@@ -159,16 +159,16 @@ def render_calibration(
                 console.print(regime_table)
                 if f.extrapolation:
                     console.print(
-                        f"{f.op.value}.{f.axis.value}: pieces above "
+                        f"{label}: pieces above "
                         f"{_bytes(f.shard_bytes_range[1])} (the largest measured) are "
                         f"extrapolated with {f.extrapolation}",
                         highlight=False,
                     )
             if f.cv is not None and f.cv.note:
-                console.print(f"{f.op.value}.{f.axis.value}: {f.cv.note}", highlight=False)
+                console.print(f"{label}: {f.cv.note}", highlight=False)
             for file, line, err in f.outliers:
                 console.print(
-                    f"outlier {f.op.value}.{f.axis.value}: {file}:{line} off by {err:+.0%}",
+                    f"outlier {label}: {file}:{line} off by {err:+.0%}",
                     highlight=False,
                 )
     c = result.compute_fit

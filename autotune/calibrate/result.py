@@ -66,6 +66,19 @@ class CalibrationResult:
     overlap_fit: OverlapFit | None = None
     #: "op.key: what the key means" for every collective entry written
     resource_notes: tuple[str, ...] = ()
+    #: per comm fit, the entry it is written as (a resource such as
+    #: scale_out or switched, or a mesh axis); None for a second mesh axis
+    #: fed the same log (one entry, shown once)
+    fit_keys: tuple[str | None, ...] = ()
+
+    def shown_fits(self) -> list[tuple[str, CommFit]]:
+        """("op.key", fit) for every collective fit the report shows."""
+        keys = self.fit_keys or tuple(f.axis.value for f in self.comm_fits)
+        return [
+            (f"{fit.op.value}.{key}", fit)
+            for fit, key in zip(self.comm_fits, keys, strict=True)
+            if key is not None
+        ]
 
 
 def _cross_validation(fit: CommFit) -> CrossValidation | None:
@@ -237,6 +250,8 @@ def build_result(
     warnings: list[str] = []
     collectives: dict[str, dict[str, LinkSpec]] = {}
     resource_notes: list[str] = []
+    fit_keys: list[str | None] = []
+    seen_keys: set[tuple[str, str]] = set()
     for fit in comm_fits:
         key, unit_links, why = resource_key(fit.resource, chip, fit.ring_sizes)
         if by_axis and key is not None:
@@ -250,6 +265,8 @@ def build_result(
             )
         key = key or fit.axis.value
         pair = f"{fit.op.value}.{key}"
+        fit_keys.append(None if (fit.op.value, key) in seen_keys else key)
+        seen_keys.add((fit.op.value, key))
         if not fit.usable:
             warnings.append(f"{pair}: not written: {fit.note}")
             continue
@@ -425,6 +442,7 @@ def build_result(
         chip_reason=chip_reason,
         overlap_fit=overlap_fit,
         resource_notes=tuple(resource_notes),
+        fit_keys=tuple(fit_keys),
     )
 
 
