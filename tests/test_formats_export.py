@@ -111,22 +111,27 @@ def test_print_without_out() -> None:
 
 
 def test_maxtext_keys_in_base_yml() -> None:
-    """Against AI-Hypercomputer/maxtext base.yml @ 09d2025b."""
+    """Against MaxText 0.2.5's base.yml (tests/trainers/ load every example
+    with MaxText itself)."""
     known = _fixture("maxtext-base-yml.json")
     for plan in (PLAN_2D, PLAN_1D):
         files = {f.name: f.text for f in export_plan(str(plan), "maxtext").files}
         config = yaml.safe_load(files["maxtext.yml"])
         assert config.pop("base_config") == "base.yml"
+        assert "ici_tensor_transpose_parallelism" not in config  # removed in MaxText 0.2.4
         assert set(config) <= set(known["keys"]), set(config) - set(known["keys"])
         assert config["remat_policy"] in known["remat_policy"]
         assert config["dtype"] in known["dtype"]
         mesh = json.loads(plan.read_text())["mesh"]
-        tp = config["ici_tensor_parallelism"] * config["ici_tensor_transpose_parallelism"]
+        tp = config["ici_tensor_parallelism"] * config["ici_tensor_sequence_parallelism"]
         assert tp == mesh["num_rows"] * mesh["num_cols"]
     # the 2D plan runs ffn_up transposed: W is stored [col, row], so its embed
     # (input) dim is on the 64 columns
     config = yaml.safe_load(export_plan(str(PLAN_2D), "maxtext").files[0].text)
-    assert (config["ici_tensor_transpose_parallelism"], config["ici_tensor_parallelism"]) == (64, 4)
+    assert (config["ici_tensor_sequence_parallelism"], config["ici_tensor_parallelism"]) == (64, 4)
+    rules = dict((name, axes) for name, axes in config["logical_axis_rules"][:5])
+    assert rules["mlp"] == ["fsdp_transpose", "tensor", "autoregressive"]
+    assert config["vocab_size"] == 50304  # 50257 padded: the tensor axis shards the vocabulary
     flags = export_plan(str(PLAN_2D), "maxtext").files[1].text
     assert "--xla_tpu_enable_windowed_einsum_for_all_gather=true" in flags
     assert "--xla_gpu_threshold_for_windowed_einsum_mib=0" in flags

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -342,3 +343,89 @@ def test_torchtitan_zero0_with_data_parallel_above_1_builds(tmp_path: Path):
 
     loaded, _ = _torchtitan(_variant(tmp_path, zero0), tmp_path / "out")
     assert (loaded["data_parallel"], loaded["data_parallel_shard"]) == (4, 1)
+
+
+# -- MaxText ---------------------------------------------------------------------
+
+
+def _maxtext(plan: Path, out: Path) -> tuple[dict, list[str]]:
+    code, not_expressed = _export(plan, "maxtext", out)
+    assert code == 0
+    python = _venv("maxtext")
+    return _check(python, "maxtext_check.py", out / "maxtext.yml"), not_expressed
+
+
+MAXTEXT_KEYS = [
+    "pipeline_parallel",
+    "global_batch_sequences",
+    "micro_batches",
+    "sequence_length",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_heads",
+    "num_kv_heads",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_maxtext_loads_every_example(plans: dict[str, Path], case: str, tmp_path: Path):
+    """pyconfig, the device mesh and the abstract model and optimizer state,
+    every array's sharding dividing its dimensions (2D plans included)."""
+    doc = json.loads(plans[case].read_text())
+    loaded, not_expressed = _maxtext(plans[case], tmp_path)
+    expected = plan_values(doc)
+    assert _compare(loaded, expected, MAXTEXT_KEYS) == []
+    c = doc["configuration"]
+    assert loaded["tensor_parallel"] == c["tensor_parallel"]
+    assert loaded["data_parallel"] == c["data_parallel"]
+    assert loaded["fsdp"] == (c["data_parallel"] if c["zero_stage"] == 3 else 1)
+    stages, chunks = c["pipeline_parallel"], c["interleave"]
+    assert loaded["interleave"] == chunks
+    built = [loaded["layers_per_stage_and_chunk"]] * (stages * chunks)
+    if built != expected["virtual_stage_layers"]:
+        assert any(line.startswith("layer split") for line in not_expressed), not_expressed
+    vocab = doc["provenance"]["model"].get("vocab_size")
+    if vocab is not None:
+        assert vocab <= loaded["vocab_size"] < vocab + 128 * loaded["tensor_parallel"]
+    remat = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
+    assert loaded["remat_policy"] == remat[c["recompute"]]
+    assert loaded["dtype"] == {"bf16": "bfloat16", "fp32": "float32"}[c["dtype"]]
+
+
+def test_maxtext_current_release_refused_ici_tensor_transpose_parallelism(
+    plans: dict[str, Path], tmp_path: Path
+) -> None:
+    """Every export was rejected by current MaxText: the key was removed
+    (faaa424d, 2026-07) (regression): the 4 x 64 GPT-3 plan's second axis is
+    tensor_sequence with the weights' embed dimension on it."""
+    loaded, _ = _maxtext(plans["gpt3"], tmp_path)
+    assert loaded["mesh"] == {"tensor": 4, "tensor_sequence": 64}
+    assert "tensor_transpose" not in (tmp_path / "maxtext.yml").read_text()
+
+
+def test_maxtext_usage_names_an_entry_point_that_exists(tmp_path: Path) -> None:
+    """The printed usage `python3 -m MaxText.train` no longer existed
+    (regression): the module the usage line names is in the installed MaxText."""
+    assert _export(PLAN_1D, "maxtext", tmp_path)[0] == 0
+    text = (tmp_path / "maxtext.yml").read_text()
+    module = re.search(r"python3 -m (\S+) maxtext.yml", text).group(1)
+    assert module == "maxtext.trainers.pre_train.train"
+    python = _venv("maxtext")
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    assert subprocess.run([str(python), "-c", probe]).returncode == 0
+
+
+def test_maxtext_uneven_split_is_a_note_and_still_loads(tmp_path: Path) -> None:
+    """An uneven split was rejected with no note in the export (regression):
+    90 layers on 8 stages x 2 chunks pipeline 80 and run 10 after, noted."""
+
+    def ninety(doc: dict) -> None:
+        doc["provenance"]["model"]["num_layers"] = 90
+        for stage in doc["pipeline"]["stages"]:
+            stage["layers_per_chunk"] = [6, 6] if stage["stage"] < 2 else [5, 6]
+            stage["layers"] = sum(stage["layers_per_chunk"])
+
+    loaded, not_expressed = _maxtext(_variant(tmp_path, ninety), tmp_path / "out")
+    assert loaded["pipeline_parallel_layers"] == 80 and loaded["num_layers"] == 90
+    assert any(line.startswith("layers 90 over 8 stages x 2 chunk(s)") for line in not_expressed)

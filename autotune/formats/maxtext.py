@@ -2,12 +2,16 @@
 parallelism, model shape and rematerialisation policy, plus the XLA flags
 that switch on collective matmul (windowed einsum).
 
-Key names and value sets: AI-Hypercomputer/maxtext
-`src/MaxText/configs/base.yml` at commit 09d2025b (`ici_*` / `dcn_*`
-parallelism, `remat_policy` and its value list, `base_*` model dims,
-`mlp_activations`, `logits_via_embedding`, `per_device_batch_size`,
-`num_pipeline_microbatches`); `base_config: "base.yml"` is how MaxText's own
-configs inherit it. Collective-matmul flags: TPU (libtpu,
+Target: MaxText 0.2.5 (PyPI `maxtext`, 2026-10-02, Python 3.12 or newer),
+`maxtext/configs/base.yml` and `maxtext/configs/types.py`: `ici_*` / `dcn_*`
+parallelism, `num_slices`, `remat_policy` and its value list, `base_*`
+model dims, `mlp_activations`, `logits_via_embedding`,
+`per_device_batch_size`, `num_pipeline_microbatches`,
+`num_layers_per_pipeline_stage`, `pipeline_parallel_layers`,
+`logical_axis_rules`; entry point `maxtext.trainers.pre_train.train`.
+`ici_tensor_transpose_parallelism` was removed in AI-Hypercomputer/maxtext
+faaa424d (2026-07-06; releases from 0.2.4 refuse it), and `MaxText.train`
+in 868098b8 (2026-04-08). Collective-matmul flags: TPU (libtpu,
 `LIBTPU_INIT_ARGS`) `xla_tpu_enable_windowed_einsum_for_all_gather` and
 `..._for_reduce_scatter` as in maxtext
 `src/MaxText/inference_mlperf/trillium/select_xla_flags.py`; GPU
@@ -16,16 +20,24 @@ configs inherit it. Collective-matmul flags: TPU (libtpu,
 `rosetta/docs/GPU_performance.md` (defined in openxla
 `xla/debug_options_flags.cc`).
 
-Mapping of the 2D mesh: MaxText shards a weight's `embed` dimension over
-`tensor_transpose` and its `mlp` dimension over `tensor` (base.yml's
-`logical_axis_rules`), so the mesh axis holding the FFN up-projection's
-input dimension becomes `ici_tensor_transpose_parallelism` and the other
-`ici_tensor_parallelism`.
+Mapping of the 2D mesh: the mesh axis holding the FFN up-projection's
+input (embed) dimension becomes `tensor_sequence`, the other `tensor`, and
+`logical_axis_rules` (rules named in the file replace base.yml's of the same
+name) put the weights' embed dimension on `tensor_sequence` and heads, MLP
+and vocabulary on `tensor` only; base.yml alone would shard all of those
+over both axes at once (1D over their product) and leave embed whole.
+
+Pipeline: MaxText gives every stage the same number of layers per chunk
+(`num_layers_per_pipeline_stage`; `num_layers / (stages x that)` chunks,
+the repeats); a layer count that does not divide pipelines
+`pipeline_parallel_layers` of them and runs the rest after the pipeline
+(types.py's pipeline checks).
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from autotune.formats.export import (
     Export,
@@ -38,7 +50,7 @@ from autotune.formats.export import (
 from autotune.formats.plan_view import PlanView
 from autotune.specs.model import FfnKind
 
-KEYS_FROM = "AI-Hypercomputer/maxtext src/MaxText/configs/base.yml @ 09d2025b"
+KEYS_FROM = "MaxText 0.2.5 (PyPI) maxtext/configs/base.yml and configs/types.py"
 CONFIG_FILE = "maxtext.yml"
 FLAGS_FILE = "maxtext_xla_flags.sh"
 
@@ -82,7 +94,7 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
         "ici_data_parallelism": 1 if zero3 else ici_dp,
         "ici_fsdp_parallelism": ici_dp if zero3 else 1,
         "ici_tensor_parallelism": size[mlp],
-        "ici_tensor_transpose_parallelism": size[embed],
+        "ici_tensor_sequence_parallelism": size[embed],
         "ici_pipeline_parallelism": ici_pp,
         "dcn_data_parallelism": 1 if zero3 else dcn_dp,
         "dcn_fsdp_parallelism": dcn_dp if zero3 else 1,
@@ -90,10 +102,8 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
     }
     slices = dcn_dp * dcn_pp
     if slices > 1:
-        notes.assume(
-            f"{slices} slices: launch with num_slices={slices} (the ici_* products are one "
-            "slice's chips, the dcn_* products the slices)"
-        )
+        # GPUs report one slice: MaxText refuses dcn_* degrees without num_slices
+        out["num_slices"] = slices
     if view.zero_stage in (1, 2) and t.data_parallel > 1:
         notes.drop(
             f"ZeRO stage {view.zero_stage}: MaxText shards optimizer state only together with "
@@ -102,15 +112,7 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
     accumulation = 1
     if t.pipeline_parallel > 1:
         out["num_pipeline_microbatches"] = view.micro_batches
-        if view.interleave > 1:
-            per_chunk = view.layers_per_chunk()
-            if per_chunk is None:
-                notes.drop(
-                    f"interleave {view.interleave}: {view.model.num_layers} layers do not split "
-                    "into equal chunks; set num_layers_per_pipeline_stage yourself"
-                )
-            else:
-                out["num_layers_per_pipeline_stage"] = per_chunk
+        out.update(_pipeline_layers(view, notes))
     elif view.micro_batches > 1:
         accumulation = view.micro_batches
         out["gradient_accumulation_steps"] = accumulation
@@ -143,10 +145,71 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
     if gated:
         notes.assume("gated FFN activation silu (the plan records the FFN kind, not the gate's)")
     if m.vocab_size is not None:
-        out["vocab_size"] = m.vocab_size
+        out["vocab_size"] = _padded_vocab(m.vocab_size, size[mlp], notes)
     if m.tied_embeddings is not None:
         out["logits_via_embedding"] = m.tied_embeddings
     return out
+
+
+def _pipeline_layers(view: PlanView, notes: Notes) -> dict[str, object]:
+    """MaxText's layers per stage and chunk for the plan's pipeline."""
+    stages, chunks = view.training.pipeline_parallel, view.interleave
+    layers = view.model.num_layers
+    per_chunk, rest = divmod(layers, stages * chunks)
+    out: dict[str, object] = {"num_layers_per_pipeline_stage": per_chunk}
+    if rest:
+        out["pipeline_parallel_layers"] = layers - rest
+        notes.drop(
+            f"layers {layers} over {stages} stages x {chunks} chunk(s): MaxText pipelines "
+            f"{layers - rest} ({per_chunk} per chunk) and runs the other {rest} after the "
+            "pipeline with the stage axis as data parallelism"
+        )
+    elif len(set(view.virtual_stage_layers)) > 1:
+        notes.drop(
+            f"layer split {view.virtual_stage_layers} (per chunk, model order): MaxText gives "
+            f"every chunk {per_chunk} layers"
+        )
+    return out
+
+
+def _padded_vocab(vocab: int, tensor: int, notes: Notes) -> int:
+    """The vocabulary rounded up to a multiple of 128 that the `tensor` axis
+    divides (the embedding's vocab dimension is sharded over it; MaxText's
+    own gpt3-175b.yml pads GPT-3's 50257 to 50304 the same way)."""
+    step = math.lcm(128, tensor)
+    padded = -(-vocab // step) * step
+    if padded != vocab:
+        notes.assume(
+            f"vocabulary {vocab} padded to {padded} (a multiple of 128 and of the tensor "
+            f"axis, {tensor}): MaxText shards the embedding's vocab dimension"
+        )
+    return padded
+
+
+def _axis_rules(view: PlanView) -> str:
+    """logical_axis_rules that shard weights over both tensor axes (2D plans)."""
+    if view.is_1d:
+        return ""
+    rules = [
+        ("mlp", ["fsdp_transpose", "tensor", "autoregressive"]),
+        ("heads", ["tensor", "autoregressive"]),
+        ("q_heads", ["tensor", "autoregressive"]),
+        ("kv_heads", ["tensor", "autoregressive"]),
+        ("vocab", ["tensor", "autoregressive"]),
+        ("embed", ["fsdp", "fsdp_transpose", "tensor_sequence", "context", "expert"]),
+        # base.yml's second embed rule, without fsdp_transpose (which mlp takes)
+        ("embed", ["fsdp", "tensor_sequence", "context", "expert"]),
+        ("embed_attn", ["fsdp", "fsdp_transpose", "tensor_sequence", "context", "expert"]),
+        ("embed_vocab", ["fsdp", "fsdp_transpose", "tensor_sequence", "context", "expert"]),
+        ("activation_embed", ["tensor", "tensor_sequence"]),
+        ("activation_norm_length", ["context"]),
+    ]
+    lines = [f"  [{json.dumps(name)}, {json.dumps(axes)}],\n" for name, axes in rules]
+    return (
+        "# the 2D mesh: weights' embed dimension on tensor_sequence; heads, MLP and\n"
+        "# vocabulary on tensor only (these rules replace base.yml's of the same name)\n"
+        "logical_axis_rules: [\n" + "".join(lines) + "]\n"
+    )
 
 
 def _per_layer_drops(view: PlanView, notes: Notes) -> None:
@@ -191,11 +254,11 @@ def export_maxtext(view: PlanView) -> Export:
     flags = _flags(view)
     head = commented(header_lines(view, "maxtext", KEYS_FROM, notes))
     usage = (
-        "# use: copy next to MaxText's configs/base.yml, `source maxtext_xla_flags.sh`, then\n"
-        "#   python3 -m MaxText.train <configs>/maxtext.yml run_name=...\n"
+        "# use: pip install maxtext (Python 3.12+), `source maxtext_xla_flags.sh`, then\n"
+        "#   python3 -m maxtext.trainers.pre_train.train maxtext.yml run_name=...\n"
     )
     files = [
-        ExportFile(CONFIG_FILE, head + usage + _yaml(settings)),
+        ExportFile(CONFIG_FILE, head + usage + _yaml(settings) + _axis_rules(view)),
         ExportFile(FLAGS_FILE, "#!/usr/bin/env bash\n" + head + flags),
     ]
     return finish("maxtext", files, notes)

@@ -37,6 +37,7 @@ class Recipe:
     skip_requirements: tuple[str, ...] = ()  # ... except these
     extra_with_requirements: tuple[str, ...] = ()  # installed together with them
     pth_modules: tuple[str, ...] = ()  # tests/trainers modules imported at start-up
+    python: str = "3.11"  # the oldest Python it needs (3.11: the one running the tests)
 
     @property
     def key(self) -> str:
@@ -45,6 +46,14 @@ class Recipe:
 
 
 RECIPES = {
+    "maxtext": Recipe(
+        name="maxtext",
+        version="MaxText 0.2.5 with jax 0.12 (CPU), Python 3.12",
+        # every pin, --no-deps: maxtext's own metadata lists its dependencies
+        # only in the tpu / cuda12 extras, each several GB
+        steps=(("--no-deps", "-r", str(HERE / "maxtext-0.2.5-requirements.txt")),),
+        python="3.12",
+    ),
     "torchtitan": Recipe(
         name="torchtitan",
         version="torchtitan 0.3.0 with torch 2.13.0 (CPU) and triton 3.9.0",
@@ -73,6 +82,26 @@ class Unavailable(Exception):
 def root() -> Path:
     default = Path.home() / ".cache" / "meshtune" / "trainer-venvs"
     return Path(os.environ.get("MESHTUNE_TRAINER_VENVS", default))
+
+
+def _interpreter(version: str) -> str:
+    """A Python of at least `version`: this one, python3.X on the path, or a
+    pyenv install."""
+    wanted = tuple(int(n) for n in version.split("."))
+    if sys.version_info[:2] >= wanted:
+        return sys.executable
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(wanted[1], 20)]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += sorted(str(p / "bin" / "python3") for p in pyenv.glob("3.*"))
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", f"import sys; print(sys.version_info[:2] >= {wanted!r})"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == "True":
+            return candidate
+    raise Unavailable(f"needs Python {version} or newer; none found (python3.X, pyenv)")
 
 
 def _pip(python: Path, args: tuple[str, ...] | list[str], log: Path) -> None:
@@ -122,7 +151,7 @@ def ensure(name: str) -> Path:
     log = venv.with_suffix(".log")
     log.write_text("")
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([_interpreter(recipe.python), "-m", "venv", str(venv)], check=True)
         _pip(python, ("--upgrade", "pip"), log)
         for step in recipe.steps:
             _pip(python, step, log)

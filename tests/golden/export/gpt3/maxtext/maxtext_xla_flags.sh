@@ -2,7 +2,8 @@
 # meshtune export --to maxtext, from plan_gpt3.json (meshtune.plan/3, meshtune 0.1.0)
 # gpt3-175b: 4 x 64 tensor-parallel mesh, data parallel 1, pipeline parallel 1, 1 micro-batch(es) of 128 sequence(s), 256 chips
 # interleave 1, recompute full, ZeRO stage 0, FC layers meshslice
-# key names: AI-Hypercomputer/maxtext src/MaxText/configs/base.yml @ 09d2025b
+# key names: MaxText 0.2.5 (PyPI) maxtext/configs/base.yml and configs/types.py
+# assumed: vocabulary 50257 padded to 50304 (a multiple of 128 and of the tensor axis, 4): MaxText shards the embedding's vocab dimension
 # not expressed: qkv: Y-stationary dataflow, transposed variant and slice counts S = 3/4/4 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
 # not expressed: attn_out: X-stationary dataflow, transposed variant and slice counts S = 4/6/4 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
 # not expressed: ffn_up: Y-stationary dataflow, transposed variant and slice counts S = 4/4/4 (forward/backward-data/backward-weight): MaxText derives shardings from its logical axis rules; XLA chooses the collectives and windowed-einsum loops
