@@ -71,6 +71,23 @@ def test_megatron_uneven_pipeline_split_fails_validation_without_the_layout(tmp_
     assert not any("layer split" in line for line in dropped)
 
 
+def test_megatron_32_layers_on_3_stages_get_a_layout_megatron_accepts(tmp_path):
+    """The reported case: 32 layers on 3 stages failed validate_args (32 is
+    not divisible by 3) with neither flags nor a note (regression)."""
+    doc = json.loads(PLAN_1D.read_text())
+    doc["configuration"].update(pipeline_parallel=3, interleave=1)
+    doc["provenance"]["model"]["num_layers"] = 32
+    doc["pipeline"]["stages"] = [
+        {"stage": s, "layers": n, "layers_per_chunk": [n], "recompute": {"full": n}}
+        for s, n in enumerate([10, 11, 11])
+    ]
+    files, dropped = _export(tmp_path, doc)
+    args = _args(files["megatron_args.sh"])
+    assert args["--pipeline-model-parallel-layout"] == "'Et*10|t*11|t*11L'"
+    assert args["--num-layers"] == "32"
+    assert not any(line.startswith("layer split") for line in dropped)
+
+
 def test_megatron_layout_orders_chunks_as_virtual_stages(tmp_path):
     # a middle rank differs and chunks within a rank differ: chunk j of rank
     # s is virtual stage j * pp + s
