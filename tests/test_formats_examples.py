@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLES
+from conftest import EXAMPLES, ONE_D_ONLY
 
 from autotune.cli import main
 from autotune.formats.export import TARGETS, export_plan
-
-ONE_D_ONLY = {"megatron", "torchtitan", "mindformers"}
 
 
 def _run(*args: str):

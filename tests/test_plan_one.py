@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import ONE_D_ONLY
 
 from autotune.cli import main
 from autotune.formats.export import TARGETS
@@ -29,7 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(
     p for p in (REPO / "examples").glob("*.yaml") if not p.name.startswith("pipeline-")
 )
-ONE_D_ONLY = {"megatron", "torchtitan"}
 
 # Qwen/Qwen2-7B `config.json` on the Hugging Face hub (the keys meshtune reads).
 QWEN2_7B = {
