@@ -92,11 +92,6 @@ class PlanView:
         stages = self.doc.pipeline.stages
         return [st.layers_per_chunk[j] for j in range(self.interleave) for st in stages]
 
-    @property
-    def even_split(self) -> bool:
-        """Whether the layers are cut as Megatron-LM's even split does."""
-        return self.doc.configuration.layer_split == "even"
-
     def dcn_size(self, axis: str) -> int:
         """Chips of an axis's groups outside one ICI domain: in different
         TPU slices (the layout's data-center network level), or, on GPU
@@ -129,12 +124,6 @@ class PlanView:
         """Activations outside the FC layers split over the tensor-parallel chips:
         always under meshslice, the plan's choice under megatron-1d."""
         return self.training.fc_algorithm.value == "meshslice" or self.training.sequence_parallel
-
-    def layers_per_chunk(self) -> int | None:
-        """Blocks in one model chunk (stages x interleave), None when uneven."""
-        chunks = self.training.pipeline_parallel * self.interleave
-        per_chunk, rem = divmod(self.model.num_layers, chunks)
-        return None if rem or per_chunk == 0 else per_chunk
 
     @property
     def source_name(self) -> str:
