@@ -246,3 +246,38 @@ def test_clock_cuts_count_deadline_stops_and_expired_time_boxes():
 
     assert not quick().expired and clock_cuts() == before + 1
     assert spin().expired and clock_cuts() == before + 2
+
+
+def test_hangs_an_alarm_landing_as_a_box_closes_leaves_nothing_armed(monkeypatch):
+    """An alarm that lands on the first instructions of TimeBox.__exit__,
+    while the box still counts as open, used to abort the close: the box
+    stayed open with its handler installed and the timer re-arming every
+    10 ms, so later alarms landed in unrelated code (a pytest INTERNALERROR
+    from a gc callback) or killed the process ("Alarm clock") once the
+    default handler was back. The handler now ignores alarms raised inside
+    a closing box."""
+    import signal
+    import sys
+
+    from autotune.pipeline import deadline
+
+    real_setitimer = signal.setitimer
+    landed = []
+
+    def alarm_during_close(which, seconds):
+        if not landed:  # the alarm lands inside __exit__, the box still open
+            landed.append(seconds)
+            monkeypatch.setattr(deadline, "_box_open", True)
+            deadline._raise_out_of_time(signal.SIGALRM, sys._getframe(1))
+        return real_setitimer(which, seconds)
+
+    box = deadline.TimeBox()
+    box._armed, box._previous = True, signal.getsignal(signal.SIGALRM)
+    monkeypatch.setattr(signal, "setitimer", alarm_during_close)
+    assert box.__exit__(None, None, None) is False
+    assert landed and not box.expired
+    # outside any closing box the same alarm still ends the body
+    with pytest.raises(deadline.OutOfTime):
+        deadline._raise_out_of_time(signal.SIGALRM, sys._getframe())
+    monkeypatch.setattr(deadline, "_box_open", False)
+    real_setitimer(signal.ITIMER_REAL, 0)

@@ -105,8 +105,22 @@ REARM_S = 0.01
 _box_open = False
 
 
-def _raise_out_of_time(signum: int, frame: object) -> None:
-    if not _box_open:
+def _closing(frame: Any) -> bool:
+    """Whether `frame` or a caller of it is a TimeBox closing: an alarm that
+    lands on the first instructions of `TimeBox.__exit__` (before it marks
+    the box closed) must not abort the close, or the box would stay open
+    with its handler installed and the timer re-arming for ever (the next
+    alarm then lands in unrelated code, or kills the process once the
+    default handler is back)."""
+    while frame is not None:
+        if frame.f_code is _EXIT_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise_out_of_time(signum: int, frame: Any) -> None:
+    if not _box_open or _closing(frame):
         return
     signal.setitimer(signal.ITIMER_REAL, REARM_S)
     raise OutOfTime()
@@ -154,6 +168,9 @@ class TimeBox:
         if self.expired:
             note_clock_cut()
         return self.expired
+
+
+_EXIT_CODE = TimeBox.__exit__.__code__
 
 
 @contextmanager
