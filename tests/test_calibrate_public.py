@@ -309,3 +309,95 @@ def test_cluster_names_the_chip_for_a_log_without_device_names(repo_root, tmp_pa
         main, ["calibrate", log, "--cluster", "a100-hgx", "--chip", "mi300x", "--out", str(out)]
     )
     assert bad.exit_code == 2 and "but --chip is mi300x" in bad.stderr
+
+
+#: the multi-node ring check: messages this large are transfer-bound on the
+#: NICs (at 256 MiB the nominal figures' latency is under 5% of the time)
+RING_SPANS_NODES_FROM_BYTES = 256 * 2**20
+RING_SPANS_NODES_MAX = 0.10
+
+
+def _planned_all_reduce(log: str, cluster: str, calibration) -> list[tuple[float, float, float]]:
+    """(message bytes, measured s, predicted s) of a log's all-reduces as the
+    planner prices a `P`-chip tensor axis spanning the cluster's nodes: a
+    reduce-scatter and an all-gather of `message / P` per chip on the
+    axis's placement (NIC rails, placement.scale_out_rails)."""
+    from autotune.hardware.calibration import comm_model_for
+    from autotune.hardware.cluster import load_cluster
+    from autotune.hardware.placement import place_mesh
+    from cost_models import CollectiveOp, MeshShape
+    from cost_models.collectives import ring_collective_s
+
+    samples = read_input(str(LOGS / log), (Axis.COL,)).collectives
+    ranks = samples[0].ring_size
+    comm = comm_model_for(calibration, place_mesh(load_cluster(cluster), MeshShape(1, ranks)))
+    rs = comm.link(CollectiveOp.REDUCE_SCATTER, Axis.COL)
+    ag = comm.link(CollectiveOp.ALL_GATHER, Axis.COL)
+    rows = []
+    for s in samples:
+        piece = s.shard_bytes / 2  # an all-reduce sample's shard is both halves' pieces
+        t = float(ring_collective_s(rs, ranks, piece) + ring_collective_s(ag, ranks, piece))
+        rows.append((piece * ranks, s.seconds, t))
+    return rows
+
+
+def test_a_ring_spanning_nodes_on_the_nominal_rails(repo_root):
+    """32 x H100 on 4 hosts (8 x 400 Gb/s InfiniBand each), priced with the
+    data-sheet `h100-nominal` figures (never fitted to this log): a 32-chip
+    ring with 8 chips per node drives 8 NIC rails (8 x 0.9 x 50 GB/s), not
+    one NIC as before (then every large message was predicted 8x slow). The
+    2-host log of the same thread runs faster than any ring can on 8 rails
+    (its busbw, 468 GB/s at 8 GiB, is above 8 x 50): NCCL ran a tree or NVLS
+    algorithm there, which the planner's ring does not model; it is printed
+    for the record and held to what it measures now."""
+    from autotune.loading import load_calibration
+
+    nominal, _ = load_calibration("h100-nominal")
+    for log, cluster, limit in (
+        ("nccl_all_reduce_perf_32xH100_4host_nccl-tests-issue309.txt", "h100-hgx-4n", None),
+        ("nccl_all_reduce_perf_16xH100_2host_nccl-tests-issue309.txt", "h100-hgx-2n", 0.32),
+    ):
+        rows = [r for r in _planned_all_reduce(log, cluster, nominal)]
+        print(f"\n{log} on {cluster}, h100-nominal")
+        print("   message    measured   predicted    error")
+        for size, measured, predicted in rows:
+            print(
+                f"{size / 2**20:8.0f} MiB {measured * 1e3:8.3f} ms {predicted * 1e3:8.3f} ms "
+                f"{predicted / measured - 1:+8.1%}"
+            )
+        large = [p / m - 1 for b, m, p in rows if b >= RING_SPANS_NODES_FROM_BYTES]
+        assert len(large) >= 6
+        if limit is None:
+            assert max(abs(e) for e in large) <= RING_SPANS_NODES_MAX
+        else:  # a tree / NVLS run: predicted slow, never fast, not worse than now
+            assert 0 < min(large) and max(large) <= limit
+
+
+def test_a_multi_host_fit_is_written_per_rail_and_priced_back(repo_root, tmp_path):
+    """A log of 32 ranks on 4 hosts is written as one NIC rail (fitted ring
+    rate / 8 chips per host); the planner gives a 32-chip axis on 4 nodes
+    its 8 rails back, so the calibration prices the log as fitted. (The
+    planner's all-reduce is a reduce-scatter and an all-gather derived from
+    the log, each with the all-reduce's whole latency: below 256 MiB that
+    latency, counted twice, dominates, so the round trip is judged above.)"""
+    from autotune.loading import load_calibration
+
+    log = "nccl_all_reduce_perf_32xH100_4host_nccl-tests-issue309.txt"
+    out = tmp_path / "cal.json"
+    result = CliRunner().invoke(main, ["calibrate", str(LOGS / log), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "32 ranks on 4 hosts cross hosts on 8 NIC rails" in " ".join(result.output.split())
+    doc = json.loads(out.read_text())
+    per_rail = doc["collectives"]["all_reduce"]["scale_out"]["link_bytes_per_s"]
+    assert 40e9 < per_rail < 50e9  # a 400 Gb/s NIC moves at most 50 GB/s
+    cal, _ = load_calibration(str(out))
+    rows = _planned_all_reduce(log, "h100-hgx-4n", cal)
+    errors = [abs(p / m - 1) for b, m, p in rows if b >= RING_SPANS_NODES_FROM_BYTES]
+    assert np.median(errors) <= INTERPOLATION_MEDIAN_MAX
+    # the same calibration checked against its own log (calibrate --check)
+    check = CliRunner().invoke(
+        main, ["calibrate", str(LOGS / log), "--check", str(out), "--format", "json"]
+    )
+    assert check.exit_code == 0, check.output
+    checked = json.loads(check.output)
+    assert checked["summary"]["collective"]["median"] <= INTERPOLATION_MEDIAN_MAX

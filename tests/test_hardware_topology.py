@@ -118,6 +118,38 @@ def test_axis_spanning_nodes_is_bounded_by_the_nic() -> None:
     assert row.link_bytes_per_s <= p.row.nominal_bytes_per_s
 
 
+def test_group_across_nodes_drives_its_chips_rails() -> None:
+    """A ring of P chips with a in each node leaves each node once per NCCL
+    channel, one channel per NIC rail: per chip it moves at a NICs' rate,
+    at most the node's own links (placement.scale_out_rails)."""
+    from autotune.hardware.cluster import Cluster
+    from autotune.hardware.layout import ParallelAxis, place_layout
+    from autotune.hardware.placement import group_chips_per_node, scale_out_rails
+
+    a100 = load_cluster("a100-hgx-4n")  # 8 per node, 300 GB/s NVSwitch, 25 GB/s NICs
+    # 1 x 16: the col ring spans two nodes, 8 chips in each: 8 rails, 200 GB/s
+    p = place_mesh(a100, MeshShape(1, 16))
+    assert p.col.kind is ResourceKind.SCALE_OUT and p.col.link_multiplier == 8
+    assert p.col.nominal_bytes_per_s == pytest.approx(200e9)
+    assert "8 per node on 8 NIC rails (200 GB/s)" in p.col.description
+    # 4 x 8: each row ring has one chip per node: one rail, as before
+    assert place_mesh(a100, MeshShape(4, 8)).row.link_multiplier == 1
+    # TP 2 x DP 8 on two nodes: each data-parallel group has 4 chips per node
+    layout = place_layout(load_cluster("a100-hgx-2n"), MeshShape(1, 2), 8, 1)
+    assert not isinstance(layout, str)
+    (level,) = layout.axis(ParallelAxis.DATA).levels
+    assert level.kind is ResourceKind.SCALE_OUT and level.link_multiplier == 4
+    # chips per node of a group, by hand
+    assert group_chips_per_node(8, 1, 16) == 8 and group_chips_per_node(8, 2, 8) == 4
+    assert group_chips_per_node(8, 8, 4) == 1 and group_chips_per_node(8, 3, 8) == 1
+    assert group_chips_per_node(8, 2, 2) == 2
+    # node links slower than the rails together bound the ring: 100 / 25 = 4
+    node = a100.spec.node.model_copy(update={"egress_gb_per_s": 100.0})
+    slow = Cluster(a100.spec.model_copy(update={"node": node}), a100.chip)
+    assert scale_out_rails(slow, 1, 16) == (4.0, 8)
+    assert "bounded by the node's links" in place_mesh(slow, MeshShape(1, 16)).col.description
+
+
 def test_crossing_axis_time_is_bytes_over_the_nic() -> None:
     # 4 x 8 on 4 nodes, OS unsliced: B all-gathered along row (4 chips across
     # the rails, 3 steps of 256x128x2 B at the NIC's 40 GB/s), A along col

@@ -199,7 +199,11 @@ def test_refused_degrees_have_reasons(tmp_path):
     assert reasons[("pipeline_parallel", "8")] == "more stages than the 6 layers"
     assert "does not fit in a 4-chip node" in reasons[("tensor_parallel", "8")]
     # micro-batch 1 cannot hold whole sequences on 2 mesh rows and 2 columns
-    assert any(d == "tensor_mesh" and "at micro-batch 1" in v for d, v in reasons)
+    # (with TP 4 pinned the search must look at the 2 x 2 mesh; unpinned, data
+    # parallelism over the NIC rails wins before it is priced)
+    inp, hw = _input(tmp_path, "gpt-like, memory binds, everything auto", tensor_parallel=4)
+    reasons = {(d, v): r for d, v, r in search(inp, hw).refusals.lines()}
+    assert "not divisible by the token axis (2)" in reasons[("tensor_mesh", "2x2 at micro-batch 1")]
 
 
 def test_balancer_lightens_the_output_stage(tmp_path):

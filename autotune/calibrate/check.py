@@ -75,7 +75,8 @@ def _entry(
     """The entry that prices a log's rows: the mesh axis's, else the one of
     the resource the log measured (the key `meshtune calibrate` writes for
     it, coverage.resource_key); returns (entry, key, "ring" when the entry
-    holds one of the ring's P - 1 direct links, else "one")."""
+    holds one of the ring's P - 1 direct links, "rails" when it holds one
+    NIC rail of a ring crossing hosts, else "one")."""
     from autotune.calibrate.coverage import INTRA_NODE_KIND
     from autotune.hardware.chips import load_chip
 
@@ -89,7 +90,8 @@ def _entry(
         key = INTRA_NODE_KIND.get(load_chip(calibration.chip).vendor)
     if key is None or key not in entries:
         return None, key or axis, "one"
-    return entries[key], key, "ring" if key == "fully_connected" else "one"
+    links = {"fully_connected": "ring", "scale_out": "rails"}.get(key, "one")
+    return entries[key], key, links
 
 
 def check(
@@ -97,6 +99,7 @@ def check(
 ) -> CheckResult:
     """Predict every measurement in `paths` (nccl-tests logs, benchmark
     CSVs) with `calibration`."""
+    from autotune.calibrate.coverage import rails_per_host
     from autotune.hardware.calibration import DTYPE_BYTES, compute_model, link_params
 
     compute = compute_model(calibration) if calibration.compute is not None else None
@@ -129,7 +132,11 @@ def check(
                 )
                 continue
             largest = link.fit.shard_bytes_max if link.fit is not None else None
-            scale = float(s.ring_size - 1) if links == "ring" else 1.0
+            scale = 1.0
+            if links == "ring":
+                scale = float(s.ring_size - 1)
+            elif links == "rails" and parsed.num_hosts:
+                scale = rails_per_host(s.ring_size, parsed.num_hosts)
             predicted = float(
                 ring_collective_s(link_params(link, scale), s.ring_size, s.shard_bytes)
             )

@@ -148,20 +148,47 @@ def preset_compute_rate(chip: ChipSpec, dtype: str = "bf16") -> float:
 INTRA_NODE_KIND = {"NVIDIA": "switched", "AMD": "fully_connected"}
 
 
+def rails_per_host(ranks: int, num_hosts: int) -> int:
+    """NIC rails a ring of `ranks` on `num_hosts` hosts drives at once: its
+    chips per host when the hosts hold equal shares, else 1 (see
+    :func:`resource_key`)."""
+    if num_hosts > 1 and ranks % num_hosts == 0:
+        return max(1, ranks // num_hosts)
+    return 1
+
+
 def resource_key(
-    resource: str | None, chip: ChipSpec | None, ring_sizes: Sequence[int]
+    resource: str | None,
+    chip: ChipSpec | None,
+    ring_sizes: Sequence[int],
+    num_hosts: int | None = None,
 ) -> tuple[str | None, float, str]:
     """The calibration key a log's fit is written under, the number of unit
     links its fitted bandwidth spans (the key holds one unit link), and why.
 
     A multi-host log measured the scale-out NICs (key `scale_out`, one NIC
-    per chip). A single-host log measured the chip's node: `switched` (the
-    per-chip egress into NVSwitch, one unit) or `fully_connected` (a ring of
-    P chips on an xGMI board drives its P - 1 direct links at once, so one
-    link carries 1/(P - 1) of the fitted rate; placement gives an axis of k
-    chips k - 1 links back). Unknown chip or hosts: no key (None), the fit
-    stays on the mesh axes."""
+    rail per chip). NCCL and RCCL lay a ring of `P` ranks on `H` hosts so
+    that it leaves each host once per channel and run one channel per NIC
+    rail: the `P / H` chips of a host drive their `P / H` rails at once, so
+    the fitted ring rate spans `P / H` rails (derivation: every hop of a
+    ring carries the same bytes; the bytes leaving a host are one hop's,
+    spread over its rails). Placement gives a group with `a` chips per node
+    `a` rails back (hardware/placement.py). A single-host log measured the
+    chip's node: `switched` (the per-chip egress into NVSwitch, one unit)
+    or `fully_connected` (a ring of P chips on an xGMI board drives its P -
+    1 direct links at once, so one link carries 1/(P - 1) of the fitted
+    rate; placement gives an axis of k chips k - 1 links back). Unknown chip
+    or hosts: no key (None), the fit stays on the mesh axes."""
     if resource == "scale_out":
+        ranks = max(ring_sizes)
+        rails = rails_per_host(ranks, num_hosts) if num_hosts else 1
+        if rails > 1:
+            return (
+                "scale_out",
+                float(rails),
+                f"several hosts: {ranks} ranks on {num_hosts} hosts cross hosts on "
+                f"{rails} NIC rails at once (fitted rate / {rails} rails = one rail per chip)",
+            )
         return "scale_out", 1.0, "several hosts: the scale-out NICs (per chip)"
     if resource != "intra_node":
         return None, 1.0, "hosts not stated: written per mesh axis (row, col)"

@@ -78,6 +78,8 @@ class CommFit:
     #: (max_shard_bytes, launch_s, sync_s, link_bytes_per_s) per regime, last bound inf
     regimes: tuple[tuple[float, float, float, float], ...] = ()
     cv: CrossValidationResult | None = None
+    #: hosts the measured ranks ran on (None: not stated or mixed)
+    num_hosts: int | None = None
     resource: str | None = None
     #: how pieces above the largest measured one are predicted (regimes only)
     extrapolation: str | None = None
@@ -407,10 +409,12 @@ def fit_all(
     samples: Sequence[CollectiveSample],
     model: str = "auto",
     resources: dict[str, str | None] | None = None,
+    hosts: dict[str, int | None] | None = None,
 ) -> list[CommFit]:
     """One fit per (operation, mesh axis) present, in a stable order;
     `resources` maps an input file to what its rings crossed (intra_node,
-    scale_out). Axes fed the same measurements share one fit."""
+    scale_out), `hosts` to how many hosts its ranks ran on. Axes fed the
+    same measurements share one fit."""
     groups: dict[tuple[CollectiveOp, Axis], list[CollectiveSample]] = {}
     for s in samples:
         groups.setdefault((s.op, s.axis), []).append(s)
@@ -425,5 +429,7 @@ def fit_all(
             done[data] = fit_collective(group, model, cross_validate=True)
         kinds = {(resources or {}).get(s.file) for s in group}
         resource = kinds.pop() if len(kinds) == 1 else "mixed"
-        fits.append(replace(done[data], axis=axis, resource=resource))
+        counts = {(hosts or {}).get(s.file) for s in group}
+        num_hosts = counts.pop() if len(counts) == 1 else None
+        fits.append(replace(done[data], axis=axis, resource=resource, num_hosts=num_hosts))
     return fits

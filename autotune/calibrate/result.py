@@ -253,7 +253,7 @@ def build_result(
     fit_keys: list[str | None] = []
     seen_keys: set[tuple[str, str]] = set()
     for fit in comm_fits:
-        key, unit_links, why = resource_key(fit.resource, chip, fit.ring_sizes)
+        key, unit_links, why = resource_key(fit.resource, chip, fit.ring_sizes, fit.num_hosts)
         if by_axis and key is not None:
             # the user named the mesh axis: keep the entry as that axis measured it
             why = f"keyed by mesh axis (--axis); the log measured {why.split(': ')[0]}"

@@ -103,7 +103,8 @@ def calibrate(
             for f in files
         ]
     resources = {f.path: f.resource for f in files}
-    comm_fits = fit_all(collectives, model, resources)
+    hosts = {f.path: f.num_hosts for f in files}
+    comm_fits = fit_all(collectives, model, resources, hosts)
     compute_fit = None
     if gemms:
         dtype = choose_dtype(gemms)

@@ -30,6 +30,8 @@ from autotune.hardware.placement import (
     MeshPlacement,
     ResourceKind,
     place_mesh,
+    scale_out_description,
+    scale_out_rails,
     take_dims,
 )
 from autotune.specs.cluster import Topology
@@ -118,21 +120,22 @@ def _tensor_axis(p: AxisPlacement, stride: int) -> AxisLayout:
     return AxisLayout(which, p.size, stride, (level,))
 
 
-def _node_level(cluster: Cluster, size: int, inside: bool, what: str) -> Level:
-    """A group of `size` chips inside one node (its switch or xGMI links) or
-    across nodes (bounded by the NIC, hardware.md section 1)."""
+def _node_level(cluster: Cluster, size: int, inside: bool, what: str, stride: int) -> Level:
+    """A group of `size` chips `stride` ranks apart inside one node (its
+    switch or xGMI links) or across nodes (on the NIC rails its chips in one
+    node drive, `scale_out_rails`; hardware.md section 1)."""
     node = cluster.spec.node
     assert node is not None
     if not inside:
         nic = cluster.scale_out_bytes_per_s
+        rails, a = scale_out_rails(cluster, stride, size)
         return Level(
             size,
             ResourceKind.SCALE_OUT,
             "scale-out NIC",
-            1.0,
-            nic,
-            f"{what} of {size} across nodes, bounded by the NIC"
-            + (f" ({nic / 1e9:g} GB/s per chip)" if nic else ""),
+            rails,
+            None if nic is None else rails * nic,
+            scale_out_description(cluster, f"{what} of {size}", rails, a),
         )
     if cluster.topology is Topology.SWITCHED:
         egress = (node.egress_gb_per_s or 0.0) * 1e9
@@ -225,7 +228,7 @@ def _nodes(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout:
         else:
             inside = g % (stride * size) == 0
             axes.append(
-                AxisLayout(which, size, stride, (_node_level(cluster, size, inside, what),))
+                AxisLayout(which, size, stride, (_node_level(cluster, size, inside, what, stride),))
             )
         stride *= size
     return Layout(

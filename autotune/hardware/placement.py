@@ -196,10 +196,60 @@ def _renamed(p: AxisPlacement, resource: str) -> AxisPlacement:
     )
 
 
+def group_chips_per_node(chips_per_node: int, stride: int, size: int) -> int:
+    """Chips of one group of `size` ranks `stride` apart that share a node of
+    `chips_per_node`: `G / stride` (at most `size`) when the stride divides
+    the node, else 1 (a group whose members straddle nodes unevenly is
+    priced as if each node held one of them)."""
+    if stride >= chips_per_node or chips_per_node % stride:
+        return 1
+    return max(1, min(size, chips_per_node // stride))
+
+
+def scale_out_rails(cluster: Cluster, stride: int, size: int) -> tuple[float, int]:
+    """NIC rails a group of `size` chips `stride` ranks apart drives at once
+    when it crosses nodes, and its chips per node.
+
+    Formula (derivation; NCCL's rail-aligned rings, src/graph/search.cc,
+    one channel per NIC): a ring of `P` chips with `a` in each node leaves
+    each node once per channel, and every hop carries the same bytes, so
+    the bytes a node sends out equal one chip's; NCCL spreads its channels
+    over the `a` chips' own NICs, and the intra-node hops run on the node's
+    links. Per chip the ring moves at::
+
+        min(a * nic_bytes_per_s, node_bytes_per_s)
+
+    returned in NIC units: `min(a, node_bytes_per_s / nic_bytes_per_s)`
+    (the node bound only when both figures are known). A group with one
+    chip per node drives one rail, as before.
+    """
+    g = cluster.chips_per_node or 1
+    a = group_chips_per_node(g, stride, size)
+    rails = float(a)
+    nic, node = cluster.scale_out_bytes_per_s, cluster.node_bytes_per_s
+    if nic and node:
+        rails = max(1.0, min(rails, node / nic))
+    return rails, a
+
+
+def scale_out_description(cluster: Cluster, label: str, rails: float, a: int) -> str:
+    """How a group (`label`, e.g. "8 chips") that crosses nodes is priced,
+    in one phrase."""
+    nic = cluster.scale_out_bytes_per_s
+    if a <= 1:
+        return f"{label} across nodes, bounded by the NIC" + (
+            f" ({nic / 1e9:g} GB/s per chip)" if nic else ""
+        )
+    rate = f" ({rails * nic / 1e9:g} GB/s)" if nic else ""
+    bound = "" if rails >= a else ", bounded by the node's links"
+    return f"{label} across nodes, {a} per node on {rails:g} NIC rails{rate}{bound}"
+
+
 def _nodes(cluster: Cluster, mesh: MeshShape) -> MeshPlacement:
     """Col inside a node when it divides the node size `G`; row inside too
     when `Nr` divides `G / Nc`; an axis that crosses nodes is bounded by the
-    NIC (hardware.md section 1)."""
+    NIC rails its chips in one node drive (:func:`scale_out_rails`;
+    hardware.md section 1)."""
     g = cluster.chips_per_node
     assert g is not None
     nc, nr = mesh.num_cols, mesh.num_rows
@@ -207,28 +257,28 @@ def _nodes(cluster: Cluster, mesh: MeshShape) -> MeshPlacement:
     row_inside = col_inside and (g // nc) % nr == 0
     return MeshPlacement(
         mesh,
-        _node_axis(cluster, Axis.ROW, nr, row_inside),
-        _node_axis(cluster, Axis.COL, nc, col_inside),
+        _node_axis(cluster, Axis.ROW, nr, row_inside, nc),
+        _node_axis(cluster, Axis.COL, nc, col_inside, 1),
     )
 
 
-def _node_axis(cluster: Cluster, axis: Axis, size: int, inside: bool) -> AxisPlacement:
+def _node_axis(cluster: Cluster, axis: Axis, size: int, inside: bool, stride: int) -> AxisPlacement:
     if size == 1:
         return AxisPlacement(
             axis, 1, ResourceKind.SWITCHED, "none", 1.0, None, False, "single chip"
         )
     if not inside:
         nic = cluster.scale_out_bytes_per_s
+        rails, a = scale_out_rails(cluster, stride, size)
         return AxisPlacement(
             axis,
             size,
             ResourceKind.SCALE_OUT,
             "scale-out NIC",
-            1.0,
-            nic,
+            rails,
+            None if nic is None else rails * nic,
             True,
-            f"{size} chips across nodes, bounded by the NIC"
-            + (f" ({nic / 1e9:g} GB/s per chip)" if nic else ""),
+            scale_out_description(cluster, f"{size} chips", rails, a),
         )
     node = cluster.spec.node
     assert node is not None
