@@ -85,6 +85,100 @@ def roofline_gemm_s(
     return bound
 
 
+#: the output tiles a GEMM library chooses among (elements, m x n): the
+#: CUTLASS / cuBLAS and hipBLASLt thread-block tiles of Hopper, Blackwell and
+#: CDNA 3 bf16 kernels span 64 to 256 on each side (CUTLASS
+#: include/cutlass/gemm/collective/builders/sm90_gmma_builder.inl; the tile
+#: shapes in hipBLASLt's logic files)
+DEFAULT_TILES: tuple[tuple[int, int], ...] = (
+    (64, 64),
+    (64, 128),
+    (128, 64),
+    (128, 128),
+    (128, 256),
+    (256, 128),
+    (256, 256),
+)
+
+
+def tiled_gemm_work(
+    m: ArrayLike,
+    n: ArrayLike,
+    k: ArrayLike,
+    num_cores: int,
+    tiles: tuple[tuple[int, int], ...] = DEFAULT_TILES,
+    k_overhead: float = 0.0,
+    reuse_penalty: float = 0.0,
+) -> np.ndarray:
+    """FLOPs a GEMM costs on a chip of `num_cores` cores (SMs, CUs), counting
+    the work its tiling wastes: the smallest over the library's tile shapes.
+
+    Formula (derivation; the tile and wave quantisation of NVIDIA's "Matrix
+    Multiplication Background User's Guide", sections "Tile Quantization"
+    and "Wave Quantization")::
+
+        tiles(Tm, Tn) = ceil(m / Tm) * ceil(n / Tn)
+        waves         = ceil(tiles / num_cores)
+        work(Tm, Tn)  = waves * num_cores * 2 * Tm * Tn * (k + k_overhead)
+                        * (1 + reuse_penalty * (1/Tm + 1/Tn))
+        work          = min over (Tm, Tn) in tiles of work(Tm, Tn)
+
+    Each core computes whole `Tm x Tn` output tiles; a partial tile costs a
+    whole one (tile quantisation) and the last wave of tiles keeps every
+    core busy for as long as a full one (wave quantisation). `k_overhead`
+    (elements of k) is each tile's fixed prologue and epilogue, as if k were
+    that much longer; `reuse_penalty` (elements) is the cost of a small
+    tile's lower operand reuse (a tile reads `Tm + Tn` operand rows per
+    `Tm * Tn` outputs). The library is assumed to pick the cheapest tile.
+    Dimensions in elements; FLOPs out, at least `2 m n k`, so a rate
+    applied to it is never beaten. Vectorised over m, n, k.
+    """
+    m = np.asarray(m, dtype=float)
+    n = np.asarray(n, dtype=float)
+    k = np.asarray(k, dtype=float)
+    best = None
+    for tm, tn in tiles:
+        count = np.ceil(m / tm) * np.ceil(n / tn)
+        waves = np.ceil(count / num_cores)
+        work = (
+            waves
+            * num_cores
+            * 2.0
+            * tm
+            * tn
+            * (k + k_overhead)
+            * (1.0 + reuse_penalty * (1.0 / tm + 1.0 / tn))
+        )
+        best = work if best is None else np.minimum(best, work)
+    assert best is not None, "at least one tile shape"
+    return best
+
+
+@dataclass(frozen=True)
+class TileModel:
+    """The shape-aware GEMM model of :func:`tiled_gemm_work`: a chip of
+    `num_cores` cores, the library's tile shapes, each tile's `k_overhead`
+    and `reuse_penalty` (elements), and a fixed `launch_s` every GEMM
+    kernel takes (seconds: its start, the last tile's epilogue and the
+    memory pipeline's fill, measured as the time of the smallest GEMMs)."""
+
+    num_cores: int
+    launch_s: float = 0.0
+    k_overhead: float = 0.0
+    reuse_penalty: float = 0.0
+    tiles: tuple[tuple[int, int], ...] = DEFAULT_TILES
+
+    def __post_init__(self) -> None:
+        assert self.num_cores >= 1 and self.launch_s >= 0
+        assert self.k_overhead >= 0 and self.reuse_penalty >= 0 and self.tiles
+
+    def work(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
+        """:func:`tiled_gemm_work` with this model's parameters."""
+        return tiled_gemm_work(
+            m, n, k, self.num_cores, self.tiles, self.k_overhead, self.reuse_penalty
+        )
+
+
 @dataclass(frozen=True)
 class ComputeModel:
     """Local GEMM time on one chip: a rate shaped by a shape-dependent
@@ -111,6 +205,8 @@ class ComputeModel:
     ceiling_flops_per_s: float | None = None
     #: largest (m, n, k) measured: beyond it the efficiency stays at its value there
     max_dims: tuple[float, float, float] | None = None
+    #: the shape-aware model (tiles, waves, launch); replaces the efficiency curve
+    tile: TileModel | None = None
 
     def __post_init__(self) -> None:
         assert self.peak_flops_per_s > 0 and 0 < self.max_efficiency <= 1.0
@@ -140,10 +236,16 @@ class ComputeModel:
                      (m*k + k*n + m*n) * element_bytes / hbm_bytes_per_s )
 
         with `eff <= max_efficiency <= 1`, so no GEMM is faster than its
-        FLOPs at peak or its operands and result over HBM. Dimensions in
-        elements; a GEMM with a zero dimension takes no time.
+        FLOPs at peak or its operands and result over HBM. With a
+        :class:`TileModel` (the shape-aware model) the first term is
+        `launch_s + work(m, n, k) / peak_flops_per_s`
+        (:func:`tiled_gemm_work`, at least `2 m n k`) and the HBM term is
+        added to `launch_s` too. Dimensions in elements; a GEMM with a zero
+        dimension takes no time.
         """
         flops = gemm_flops(m, n, k)
+        if self.tile is not None:
+            return self._tiled_s(m, n, k, flops)
         eff = self.efficiency(np.maximum(m, 1), np.maximum(n, 1), np.maximum(k, 1))
         t = flops / (self.peak_flops_per_s * eff)
         if self.ceiling_flops_per_s is not None:
@@ -152,6 +254,17 @@ class ComputeModel:
             memory = gemm_hbm_bytes(m, n, k, self.element_bytes) / self.hbm_bytes_per_s
             t = np.where(flops > 0, np.maximum(t, memory), 0.0)
         return t
+
+    def _tiled_s(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, flops: np.ndarray) -> np.ndarray:
+        """:meth:`gemm_s` with the tile model (its docstring has the formula)."""
+        assert self.tile is not None
+        busy = self.tile.work(np.maximum(m, 1), np.maximum(n, 1), np.maximum(k, 1))
+        t = busy / self.effective_flops_per_s
+        if self.ceiling_flops_per_s is not None:
+            t = np.maximum(t, flops / self.ceiling_flops_per_s)
+        if self.hbm_bytes_per_s > 0:
+            t = np.maximum(t, gemm_hbm_bytes(m, n, k, self.element_bytes) / self.hbm_bytes_per_s)
+        return np.where(flops > 0, self.tile.launch_s + t, 0.0)
 
     @property
     def effective_flops_per_s(self) -> float:

@@ -22,7 +22,7 @@ from autotune.loading import load_calibration, validate_spec
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.cluster import ClusterSpec
 from cost_models import Axis, CollectiveOp, ComputeModel, Dataflow, MeshShape, meshslice_times
-from cost_models.compute import gemm_flops, gemm_hbm_bytes
+from cost_models.compute import TileModel, gemm_flops, gemm_hbm_bytes, tiled_gemm_work
 
 W = 100e9  # unit link rate of the test calibration, bytes/s
 
@@ -231,6 +231,55 @@ def test_no_gemm_beats_peak_or_hbm(m, n, k, peak, eff, halves, hbm, element_byte
     t = float(model.gemm_s(m, n, k))
     assert t >= float(gemm_flops(m, n, k)) / peak * (1 - 1e-12)
     assert t >= float(gemm_hbm_bytes(m, n, k, element_bytes)) / hbm * (1 - 1e-12)
+    assert math.isfinite(t)
+
+
+def test_tiled_gemm_work_by_hand() -> None:
+    """Tile and wave quantisation (cost_models.compute.tiled_gemm_work),
+    on 132 cores with 128 x 128 tiles unless stated."""
+    one = ((128, 128),)
+    tile = 2 * 128 * 128 * 512  # FLOPs of one 128 x 128 tile at k = 512
+    # 1024 x 1024: 64 tiles, one wave: every core busy for one tile
+    assert tiled_gemm_work(1024, 1024, 512, 132, one) == 132 * tile
+    # 1000 x 1000 pads to the same 64 tiles (tile quantisation)
+    assert tiled_gemm_work(1000, 1000, 512, 132, one) == 132 * tile
+    # 2048 x 2048: 256 tiles, two waves (wave quantisation); 2176 x 2048: 272, three
+    assert tiled_gemm_work(2048, 2048, 512, 132, one) == 2 * 132 * tile
+    assert tiled_gemm_work(2176, 2048, 512, 132, one) == 3 * 132 * tile
+    # each tile's k overhead and the reuse penalty of a 128 x 128 tile
+    assert tiled_gemm_work(1024, 1024, 512, 132, one, k_overhead=64) == 132 * tile * 576 / 512
+    assert tiled_gemm_work(1024, 1024, 512, 132, one, reuse_penalty=16) == 132 * tile * 1.25
+    # the cheapest tile: 33792 x 128 is 264 tiles of 128 x 128 (2 waves) or
+    # 132 of 256 x 128 (1 wave of tiles twice the size): the same work; at
+    # 256 x 128 a 128 x 128 tile halves a core's work against one 256 x 128
+    two = ((128, 128), (256, 128))
+    assert tiled_gemm_work(33792, 128, 512, 132, two) == 2 * 132 * tile
+    assert tiled_gemm_work(256, 128, 512, 132, two) == 132 * tile
+    # never less than the GEMM's own FLOPs
+    assert tiled_gemm_work(4096, 4096, 4096, 132) >= 2 * 4096**3
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    m=st.integers(1, 1 << 16),
+    n=st.integers(1, 1 << 16),
+    k=st.integers(1, 1 << 16),
+    peak=st.floats(1e12, 5e15),
+    share=st.floats(0.01, 1.0),
+    cores=st.integers(1, 512),
+    launch=st.floats(0, 1e-4),
+    k_overhead=st.floats(0, 512),
+    reuse=st.floats(0, 64),
+    hbm=st.floats(1e11, 1e13),
+)
+def test_no_tiled_gemm_beats_peak_or_hbm(
+    m, n, k, peak, share, cores, launch, k_overhead, reuse, hbm
+) -> None:
+    tile = TileModel(cores, launch, k_overhead, reuse)
+    model = ComputeModel(peak, share, hbm_bytes_per_s=hbm, ceiling_flops_per_s=peak, tile=tile)
+    t = float(model.gemm_s(m, n, k))
+    assert t >= launch + float(gemm_flops(m, n, k)) / peak * (1 - 1e-12)
+    assert t >= float(gemm_hbm_bytes(m, n, k, 2)) / hbm * (1 - 1e-12)
     assert math.isfinite(t)
 
 

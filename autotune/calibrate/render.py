@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 import sys
 
+import numpy as np
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from autotune.calibrate.fit_compute import ComputeFit
 from autotune.calibrate.result import CalibrationResult
 from autotune.calibrate.textplot import legend, loglog_scatter
 from autotune.render_text import user_text
@@ -54,6 +56,72 @@ def plot_series(result: CalibrationResult) -> list[tuple[str, list[float], list[
         c = result.compute_fit
         series.append((f"gemm {c.dtype}", list(c.fitted_s), list(c.measured_s)))
     return series
+
+
+def _compute_table(c: ComputeFit) -> Table:
+    """The compute fit's parameters and errors: the tile model's or the
+    efficiency curve's, whichever was written."""
+    tail = (
+        "R² log",
+        "rms err",
+        "max err",
+        "1-rate rms",
+        "out",
+    )
+    errors = (
+        "-" if c.r2_log is None else f"{c.r2_log:.3f}",
+        f"{c.rms_rel_error:.1%}",
+        f"{c.max_rel_error:.1%}",
+        f"{c.constant_rms_rel_error:.1%}",
+        str(c.num_outliers),
+    )
+    if c.tile is not None:
+        table = Table(
+            box=box.SIMPLE,
+            title=f"Compute ({c.dtype}), tile model: t = launch + waves of whole tiles over "
+            f"{c.tile.num_cores} cores / rate (tiles {len(c.tile.tiles)} shapes, 64-256)",
+            title_justify="left",
+        )
+        head = ("n", "TFLOP/s", "launch µs", "k overhead", "reuse penalty")
+        for column in (*head, *tail):
+            table.add_column(column, justify="right")
+        table.add_row(
+            str(c.num_points),
+            f"{c.effective_flops_per_s / 1e12:.1f}",
+            f"{c.tile.launch_s * 1e6:.2f}",
+            f"{c.tile.k_overhead:g}",
+            f"{c.tile.reuse_penalty:g}",
+            *errors,
+        )
+        return table
+    table = Table(
+        box=box.SIMPLE,
+        title=f"Compute ({c.dtype}): t = 2mnk / (rate · m/(m+m½) · n/(n+n½) · k/(k+k½))",
+        title_justify="left",
+    )
+    for column in ("n", "TFLOP/s", "m½", "n½", "k½", *tail):
+        table.add_column(column, justify="right")
+    halves = [_pm(h, e, 1.0, 0) for h, e in zip(c.halves, c.halves_stderr, strict=True)]
+    table.add_row(
+        str(c.num_points),
+        _pm(c.effective_flops_per_s, c.effective_flops_per_s_stderr, 1e-12, 1),
+        *halves,
+        *errors,
+    )
+    return table
+
+
+def _held_out_line(c: ComputeFit) -> str | None:
+    """Which GEMM model was written and why, by held-out error."""
+    if not c.cv_errors or not c.other_cv_errors:
+        return None
+    chosen, other = np.median(c.cv_errors), np.median(c.other_cv_errors)
+    names = ("tile model", "efficiency curve")
+    name, rival = names if c.tile is not None else names[::-1]
+    return (
+        f"compute: the {name} is written: held-out median error {chosen:.1%} "
+        f"against the {rival}'s {other:.1%}"
+    )
 
 
 def render_calibration(
@@ -173,36 +241,10 @@ def render_calibration(
                 )
     c = result.compute_fit
     if c is not None:
-        table = Table(
-            box=box.SIMPLE,
-            title=f"Compute ({c.dtype}): t = 2mnk / (rate · m/(m+m½) · n/(n+n½) · k/(k+k½))",
-            title_justify="left",
-        )
-        for column in (
-            "n",
-            "TFLOP/s",
-            "m½",
-            "n½",
-            "k½",
-            "R² log",
-            "rms err",
-            "max err",
-            "1-rate rms",
-            "out",
-        ):
-            table.add_column(column, justify="right")
-        halves = [_pm(h, e, 1.0, 0) for h, e in zip(c.halves, c.halves_stderr, strict=True)]
-        table.add_row(
-            str(c.num_points),
-            _pm(c.effective_flops_per_s, c.effective_flops_per_s_stderr, 1e-12, 1),
-            *halves,
-            "-" if c.r2_log is None else f"{c.r2_log:.3f}",
-            f"{c.rms_rel_error:.1%}",
-            f"{c.max_rel_error:.1%}",
-            f"{c.constant_rms_rel_error:.1%}",
-            str(c.num_outliers),
-        )
-        console.print(table)
+        console.print(_compute_table(c))
+        held = _held_out_line(c)
+        if held:
+            console.print(held, highlight=False)
     elsewhere = [
         *(f"derived: {d}" for d in spec.derived),
         *(f"from --base {user_text(spec.base_calibration)}: {k}" for k in spec.kept_from_base),

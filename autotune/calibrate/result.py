@@ -35,6 +35,7 @@ from autotune.specs.calibration import (
     LinkSpec,
     RegimeSpec,
     SourceFile,
+    TileModelSpec,
 )
 from autotune.specs.chip import ChipSpec, FigureKind
 
@@ -167,20 +168,36 @@ def _compute_spec(fit: ComputeFit, chip: ChipSpec | None) -> ComputeSpec:
     m_err, n_err, k_err = fit.halves_stderr
     cv = np.asarray(fit.cv_errors)
     const_cv = np.asarray(fit.constant_cv_errors)
+    tile = fit.tile
     return ComputeSpec(
         dtype=fit.dtype,
         effective_flops_per_s=fit.effective_flops_per_s,
-        efficiency_curve=EfficiencyCurve(
+        efficiency_curve=None
+        if tile is not None
+        else EfficiencyCurve(
             m_half=m_half,
             n_half=n_half,
             k_half=k_half,
             max_dims=list(fit.max_dims) if fit.max_dims else None,
         ),
+        tile_model=None
+        if tile is None
+        else TileModelSpec(
+            num_cores=tile.num_cores,
+            launch_s=tile.launch_s,
+            k_overhead=tile.k_overhead,
+            reuse_penalty=tile.reuse_penalty,
+            tiles=[list(t) for t in tile.tiles],
+        ),
         peak_flops_per_s=fit.peak_flops_per_s,
         hbm_bytes_per_s=fit.hbm_bytes_per_s,
         source=None if chip is None else f"fitted; roofline of chip preset {chip.name}",
         fit={
+            "model": fit.kind,
             "cv_median_rel_error": float(np.median(cv)) if cv.size else None,
+            "other_model_cv_median_rel_error": float(np.median(fit.other_cv_errors))
+            if fit.other_cv_errors
+            else None,
             "cv_worst_rel_error": float(cv.max()) if cv.size else None,
             "constant_cv_median_rel_error": float(np.median(const_cv)) if const_cv.size else None,
             "outliers": ", ".join(f"{f}:{line}" for f, line in fit.outliers) or None,

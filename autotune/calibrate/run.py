@@ -110,7 +110,8 @@ def calibrate(
         dtype = choose_dtype(gemms)
         peak = chip.peak_flops_per_s(dtype) if chip is not None and chip.has_dtype(dtype) else None
         hbm = chip.hbm_bytes_per_s if chip is not None else None
-        compute_fit = fit_gemm(gemms, dtype, peak, hbm)
+        cores = chip.num_cores if chip is not None else None
+        compute_fit = fit_gemm(gemms, dtype, peak, hbm, num_cores=cores)
     from autotune.calibrate.fit_overlap import fit_overlap
 
     overlap_fit = fit_overlap([o for f in files for o in f.overlaps], gemms)

@@ -9,8 +9,9 @@ import math
 from autotune.errors import InputError
 from autotune.hardware.cluster import Cluster
 from autotune.hardware.placement import MeshPlacement, ResourceKind
-from autotune.specs.calibration import CalibrationSpec, LinkSpec
+from autotune.specs.calibration import CalibrationSpec, LinkSpec, TileModelSpec
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams, LinkRegime
+from cost_models.compute import TileModel
 
 #: bytes per element of the dtypes a calibration names
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "tf32": 4.0}
@@ -159,6 +160,20 @@ def compute_model(
         hbm_bytes_per_s=c.hbm_bytes_per_s or 0.0,
         element_bytes=DTYPE_BYTES.get(c.dtype, 2.0),
         max_dims=(max_dims[0], max_dims[1], max_dims[2]) if max_dims else None,
+        tile=tile_model(c.tile_model),
+    )
+
+
+def tile_model(spec: TileModelSpec | None) -> TileModel | None:
+    """A calibration's shape-aware GEMM model as the cost model's type."""
+    if spec is None:
+        return None
+    return TileModel(
+        num_cores=spec.num_cores,
+        launch_s=spec.launch_s,
+        k_overhead=spec.k_overhead,
+        reuse_penalty=spec.reuse_penalty,
+        tiles=tuple((int(t[0]), int(t[1])) for t in spec.tiles),
     )
 
 
@@ -210,6 +225,7 @@ def compute_model_for(
             element_bytes=element_bytes,
             ceiling_flops_per_s=peak,
             max_dims=base.max_dims,
+            tile=base.tile,
         )
     return ComputeModel(
         peak_flops_per_s=peak,
@@ -220,4 +236,5 @@ def compute_model_for(
         hbm_bytes_per_s=hbm,
         element_bytes=element_bytes,
         max_dims=base.max_dims,
+        tile=base.tile,
     )

@@ -229,6 +229,38 @@ class EfficiencyCurve(Spec):
     )
 
 
+class TileModelSpec(Spec):
+    """The shape-aware GEMM model (cost_models.compute.tiled_gemm_work): tile
+    and wave quantisation over the chip's cores, each tile's k overhead and
+    reuse penalty, and a fixed time per GEMM kernel."""
+
+    num_cores: int = Field(
+        ge=1, le=1_000_000, description="Cores (SMs, CUs) the tiles spread over. Range: 1 to 1e6."
+    )
+    launch_s: float = Field(
+        ge=0, le=1.0, description="Fixed seconds of every GEMM kernel. Range: 0 to 1."
+    )
+    k_overhead: float = Field(
+        ge=0,
+        le=MAX_DIM,
+        description="Each tile's prologue and epilogue, as elements of k. Range: 0 to 2^24.",
+    )
+    reuse_penalty: float = Field(
+        ge=0,
+        le=MAX_DIM,
+        description="Cost of a small tile's lower reuse, elements: work times "
+        "1 + reuse_penalty * (1/Tm + 1/Tn). Range: 0 to 2^24.",
+    )
+    tiles: list[
+        Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=2, max_length=2)]
+    ] = Field(
+        min_length=1,
+        max_length=64,
+        description="Output tile shapes [Tm, Tn] the library chooses among (the cheapest "
+        "per GEMM). Range: 1 to 64 shapes, each side 1 to 4096.",
+    )
+
+
 class ComputeSpec(Spec):
     """Local GEMM throughput of one chip."""
 
@@ -240,6 +272,11 @@ class ComputeSpec(Spec):
     )
     efficiency_curve: EfficiencyCurve | None = Field(
         default=None, description="Shape dependence; omitted means a constant rate."
+    )
+    tile_model: TileModelSpec | None = Field(
+        default=None,
+        description="Shape-aware model (tiles, waves, launch): when given, it replaces "
+        "efficiency_curve and effective_flops_per_s is the rate of whole waves of tiles.",
     )
     fit: dict[str, float | int | str | None] | None = Field(
         default=None, description="Fit quality of the compute model, when fitted."

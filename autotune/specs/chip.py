@@ -58,6 +58,14 @@ class ChipSpec(Spec):
         "only this chip's family (e.g. 'NVIDIA H100'); tried when no preset's device_patterns "
         "match, and ambiguous when presets of one family (A100 40GB and 80GB) both match.",
     )
+    num_cores: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Cores a GEMM's output tiles spread over: streaming multiprocessors "
+        "(NVIDIA) or compute units (AMD); the shape-aware GEMM model's waves. Omitted: "
+        "GEMMs are fitted without tiles. Range: 1 to 1e6.",
+    )
     figures: FigureKind = Field(
         default=FigureKind.NOMINAL,
         strict=False,
