@@ -17,6 +17,7 @@ from cost_models.compute import (
 from cost_models.meshslice import (
     Dataflow,
     collective_calls,
+    local_gemm_dims,
     meshslice_estimate,
     meshslice_lower_bound_s,
     meshslice_times,
@@ -54,6 +55,7 @@ __all__ = [
     "TimeBreakdown",
     "collective_calls",
     "gemm_flops",
+    "local_gemm_dims",
     "meshslice_estimate",
     "meshslice_lower_bound_s",
     "meshslice_times",

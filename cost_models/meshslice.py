@@ -179,6 +179,26 @@ def _sliced_gemm(dataflow: Dataflow, mnk: tuple[float, float, float], s: np.ndar
     return gm / s, gn, gk
 
 
+def local_gemm_dims(
+    dataflow: Dataflow,
+    m: int,
+    n: int,
+    k: int,
+    mesh: MeshShape,
+    num_slices: int,
+    transposed: bool = False,
+) -> tuple[float, float, float]:
+    """The (m, n, k) of the local GEMM one chip runs per slice of a MeshSlice
+    GEMM on `mesh` (model.md section 6; the iteration's GEMM with its sliced
+    dimension divided by `num_slices`); Megatron 1D is the `1 x N` mesh
+    with one slice. Elements. The transposed variant runs the plain schedule
+    on the transposed mesh."""
+    physical = mesh.transposed() if transposed else mesh
+    it = _iteration(dataflow, m, n, k, physical, 1.0)
+    gm, gn, gk = _sliced_gemm(dataflow, it.gemm_mnk, np.asarray(float(num_slices)))
+    return float(gm), float(gn), float(gk)
+
+
 def collective_calls(
     dataflow: Dataflow,
     m: int,

@@ -130,14 +130,18 @@ def test_plan_warns_when_its_calibration_is_extrapolated(tmp_path):
     assert run.exit_code == 0, run.stderr
     plan = run_cli("plan", GPT3, "--calibration", str(out), "--format", "json")
     assert plan.exit_code == 0, plan.stderr
-    warnings = json.loads(plan.stdout)["warnings"]
-    assert any("extrapolated" in w and "2 MiB" in w for w in warnings), warnings
+    doc = json.loads(plan.stdout)
+    beyond = [x for x in doc["extrapolations"] if x["kind"] == "collective"]
+    assert any(x["measured"][1] == 2 * 2**20 and x["factor"] > 1 for x in beyond), beyond
+    table = run_cli("plan", GPT3, "--calibration", str(out))
+    assert "extrapolated:" in table.stdout and "2 MiB" in table.stdout
 
 
 def test_bundled_calibration_plans_without_fit_warnings():
     plan = run_cli("plan", GPT3, "--format", "json")
-    warnings = json.loads(plan.stdout)["warnings"]
-    assert not any("poor fit" in w or "extrapolated" in w for w in warnings), warnings
+    doc = json.loads(plan.stdout)
+    assert not any("poor fit" in w for w in doc["warnings"]), doc["warnings"]
+    assert doc["extrapolations"] == []
 
 
 def test_messages_csv_cell_over_128_kib_is_bad_input_not_exit_3(tmp_path):

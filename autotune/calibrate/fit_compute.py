@@ -80,6 +80,7 @@ class ComputeFit:
     peak_flops_per_s: float | None = None  # the roofline ceiling, when the chip is known
     hbm_bytes_per_s: float | None = None
     max_dims: tuple[float, float, float] | None = None  # largest m, n, k measured
+    min_dims: tuple[float, float, float] | None = None  # smallest m, n, k measured
     cv_errors: tuple[float, ...] = ()  # held-out |relative errors| of the curve
     constant_cv_errors: tuple[float, ...] = ()  # the same for the one-rate baseline
     #: the shape-aware model, when it was fitted and predicts held-out shapes better
@@ -450,4 +451,5 @@ def _fit_curve(
         peak_flops_per_s=peak_flops_per_s,
         hbm_bytes_per_s=hbm_bytes_per_s,
         max_dims=(float(dims[:, 0].max()), float(dims[:, 1].max()), float(dims[:, 2].max())),
+        min_dims=(float(dims[:, 0].min()), float(dims[:, 1].min()), float(dims[:, 2].min())),
     )

@@ -180,6 +180,9 @@ def _compute_spec(fit: ComputeFit, chip: ChipSpec | None) -> ComputeSpec:
             k_half=k_half,
             max_dims=list(fit.max_dims) if fit.max_dims else None,
         ),
+        measured_dims=None
+        if fit.min_dims is None or fit.max_dims is None
+        else [list(fit.min_dims), list(fit.max_dims)],
         tile_model=None
         if tile is None
         else TileModelSpec(

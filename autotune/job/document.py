@@ -15,6 +15,7 @@ from autotune.plan.schema import (
     BetterDoc,
     ConfigSummaryDoc,
     ConfigurationDoc,
+    ExtrapolationDoc,
     LayerTimesDoc,
     LayoutDoc,
     LevelDoc,
@@ -56,6 +57,7 @@ def _alternative(a: Alternative, batch: int) -> AlternativeDoc:
         loses_s=a.loses_s,
         peak_memory_bytes=a.peak_bytes,
         fits=a.fits,
+        within_error_band=a.within_band,
     )
 
 
@@ -196,10 +198,26 @@ def to_document(plan: Plan) -> PlanDocument:
             usable_memory_bytes=plan.usable_bytes,
             fits=plan.fits,
             expected_error=expected,
+            step_band_rel_error=plan.band_rel,
+            step_band_s=None
+            if plan.band_rel is None
+            else [plan.step_s * (1 - plan.band_rel), plan.step_s * (1 + plan.band_rel)],
         ),
         alternatives=[_alternative(a, batch) for a in plan.alternatives],
         tied_with_chosen=[_alternative(a, batch) for a in plan.tied],
         faster_but_out_of_memory=[_alternative(a, batch) for a in plan.faster_but_out_of_memory],
+        extrapolations=[
+            ExtrapolationDoc(
+                kind=x.kind,
+                what=x.what,
+                dimension=x.dimension,
+                measured=list(x.measured),
+                priced=list(x.priced),
+                factor=x.factor,
+                used_by=x.used_by,
+            )
+            for x in plan.extrapolations
+        ],
         better_configuration=None
         if plan.better is None
         else BetterDoc(

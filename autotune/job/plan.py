@@ -21,9 +21,11 @@ import numpy as np
 
 from autotune.errors import InputError, NoFeasiblePlanError
 from autotune.hardware.layout import Layout
+from autotune.job.accuracy import Extrapolation, step_band_rel
 from autotune.job.balance_adapter import Balanced
 from autotune.job.block import BlockFigures, EndFigures
 from autotune.job.candidates import Refusals, tensor_meshes
+from autotune.job.extrapolate import plan_extrapolations
 from autotune.job.fc import FcBlock, FcTable, megatron_plan_result
 from autotune.job.hardware import GIB, HardwareView, hardware_view
 from autotune.job.model import PARTS, Candidates, StageDetail, price
@@ -53,6 +55,8 @@ class Alternative:
     slower_by_s: float
     loses_to: str
     loses_s: float
+    #: within the chosen plan's error band: the model cannot tell them apart
+    within_band: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,11 @@ class Plan:
     better: Better | None
     outcome: SearchOutcome
     warnings: tuple[str, ...]
+    #: the step's relative error band from the calibration's held-out errors
+    #: (job/accuracy.py); None when the calibration records none
+    band_rel: float | None = None
+    #: parts of the plan priced beyond what the calibration measured
+    extrapolations: tuple[Extrapolation, ...] = ()
 
     @property
     def num_chips(self) -> int:
@@ -181,10 +190,11 @@ def _loses(e: Evaluated, winner: Evaluated) -> tuple[str, float]:
     return PARTS[worst], diffs[worst]
 
 
-def _alternative(e: Evaluated, winner: Evaluated) -> Alternative:
+def _alternative(e: Evaluated, winner: Evaluated, band_rel: float | None = None) -> Alternative:
     loses_to, loses_s = _loses(e, winner)
     if not e.fits:
         loses_to, loses_s = "memory", e.peak_bytes - winner.peak_bytes
+    within = band_rel is not None and e.fits and e.step_s <= winner.step_s * (1 + band_rel)
     return Alternative(
         e.config,
         e.recompute,
@@ -194,6 +204,7 @@ def _alternative(e: Evaluated, winner: Evaluated) -> Alternative:
         e.step_s - winner.step_s,
         loses_to,
         loses_s,
+        within,
     )
 
 
@@ -330,6 +341,9 @@ def make_plan(
     tied = [e for e in ranked[1:] if e.step_s <= winner.step_s * (1 + TIE_RELATIVE)]
     rest = [e for e in ranked[1:] if e.step_s > winner.step_s * (1 + TIE_RELATIVE)]
     lim = inp.constraints
+    parts = {k: float(priced.parts[k][0]) for k in PARTS}
+    step_s = float(priced.step_s[0])
+    band = step_band_rel(parts, step_s, inp.calibration.expected_error)
     better = None
     if suggest_better and outcome.ranked:
         better = _better(inp, hw, outcome.table, winner)
@@ -344,9 +358,9 @@ def make_plan(
         block=outcome.figures.blocks[key],
         ends=outcome.figures.ends[key],
         stages=detail,
-        step_s=float(priced.step_s[0]),
+        step_s=step_s,
         makespan_s=float(priced.makespan_s[0]),
-        parts={k: float(priced.parts[k][0]) for k in PARTS},
+        parts=parts,
         busiest_stage=int(priced.busiest_stage[0]),
         bubble_fraction=float(priced.bubble_fraction[0]),
         peak_bytes=float(priced.peak_bytes[0]),
@@ -355,12 +369,22 @@ def make_plan(
         hardware_flops_per_step=hw_flops,
         balanced=winner.balanced,
         even_split_step_s=winner.even_split_step_s,
-        alternatives=tuple(_alternative(e, winner) for e in rest[: lim.top_n]),
+        alternatives=tuple(_alternative(e, winner, band) for e in rest[: lim.top_n]),
         tied=tuple(_alternative(e, winner) for e in tied[: lim.top_n]),
         faster_but_out_of_memory=tuple(_alternative(e, winner) for e in outcome.memory_excluded),
         better=better,
         outcome=outcome,
         warnings=tuple(dict.fromkeys([*hw.warnings, *fc.warnings, *_gap_warnings(outcome)])),
+        band_rel=band,
+        extrapolations=plan_extrapolations(
+            inp.calibration,
+            model,
+            training,
+            fc,
+            layout.axes,
+            config,
+            detail.weights_bytes,
+        ),
     )
 
 

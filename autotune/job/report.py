@@ -66,16 +66,24 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
     )
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {user_text(warning, 400)}", highlight=False)
+    band = "" if plan.band_rel is None else f" ±{plan.band_rel:.0%}"
     expected = inp.calibration.expected_error
-    band = ""
-    if expected is not None and expected.collective_median_rel_error is not None:
-        band = f" ±{expected.collective_median_rel_error:.0%}"
+    if plan.band_rel is not None and expected is not None:
         console.print(
-            "expected error of predicted times (calibration, held out): collectives "
-            f"{expected.collective_median_rel_error:.1%} median, "
-            f"{expected.collective_worst_rel_error:.0%} worst",
+            f"error band ±{plan.band_rel:.1%}: the calibration's held-out errors (collectives "
+            f"{_pct_or_dash(expected.collective_median_rel_error)}, compute "
+            f"{_pct_or_dash(expected.compute_median_rel_error)} median) weighted by where the "
+            "step's time goes",
             highlight=False,
         )
+    elif expected is None:
+        console.print(
+            f"no error band: calibration {user_text(inp.calibration.name)} records no held-out "
+            "error (data-sheet figures); calibrate from measurements for one",
+            highlight=False,
+        )
+    for x in plan.extrapolations:
+        console.print(f"[yellow]extrapolated:[/yellow] {user_text(x.line(), 400)}", highlight=False)
     pinned = t.pinned_degrees
     console.print(
         f"\n[bold green]{'Planned' if plan.fits else 'Closest (does not fit)'}:[/bold green] "
@@ -136,6 +144,10 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
     )
 
 
+def _pct_or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def _why(plan: Plan, console: Console) -> None:
     if plan.tied:
         console.print(
@@ -153,6 +165,19 @@ def _why(plan: Plan, console: Console) -> None:
         f"to {r.loses_to} (+{fmt_s(r.loses_s)})",
         highlight=False,
     )
+    near = [a for a in plan.alternatives if a.within_band]
+    if near and plan.band_rel is not None:
+        console.print(
+            f"[yellow]Near-tie:[/yellow] {len(near)} configuration(s) within the error band "
+            f"(±{plan.band_rel:.0%}) of this one; the model cannot rank them, so benchmark "
+            "them too: "
+            + "; ".join(
+                f"{short_config(a.config, a.recompute, _m(plan, a.config))} "
+                f"({a.slower_by_s / plan.step_s:+.1%})"
+                for a in near
+            ),
+            highlight=False,
+        )
 
 
 def _memory(plan: Plan, console: Console) -> None:

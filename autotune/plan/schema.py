@@ -361,6 +361,15 @@ class PredictionsDoc(_Doc):
     expected_error: dict | None = Field(
         description="The calibration's held-out relative errors (null when it records none)."
     )
+    step_band_rel_error: Real | None = Field(
+        default=None,
+        description="The step's relative error band: each part's seconds times the held-out "
+        "error of the model that prices it (collectives or compute), summed, over the step "
+        "(autotune/job/accuracy.py); null when the calibration records no held-out error.",
+    )
+    step_band_s: list[Real] | None = Field(
+        default=None, description="[low, high] seconds: step_s times (1 -/+ the band)."
+    )
 
 
 class ConfigSummaryDoc(_Doc):
@@ -386,6 +395,23 @@ class AlternativeDoc(_Doc):
     loses_s: Real
     peak_memory_bytes: Real
     fits: bool
+    within_error_band: bool = Field(
+        default=False,
+        description="Its step is within the chosen plan's error band "
+        "(predictions.step_band_rel_error): the model cannot tell the two apart; benchmark both.",
+    )
+
+
+class ExtrapolationDoc(_Doc):
+    """A part of the plan priced outside what its calibration measured."""
+
+    kind: str = Field(description="collective or gemm.")
+    what: str = Field(description="The calibration entry, e.g. all_gather.switched, gemm bf16.")
+    dimension: str = Field(description="piece bytes (collectives), or m, n or k (GEMMs).")
+    measured: list[Real] = Field(description="[smallest, largest] the calibration measured.")
+    priced: list[Real] = Field(description="[smallest, largest] this plan prices.")
+    factor: Real = Field(description="How far beyond the measured range (> 1).")
+    used_by: str = Field(description="Which part of the step prices it.")
 
 
 class BetterDoc(_Doc):
@@ -468,6 +494,11 @@ class PlanDocument(_Doc):
     alternatives: list[AlternativeDoc]
     tied_with_chosen: list[AlternativeDoc]
     faster_but_out_of_memory: list[AlternativeDoc]
+    extrapolations: list[ExtrapolationDoc] = Field(
+        default_factory=list,
+        description="Collectives and GEMMs priced beyond the calibration's measured range: "
+        "benchmark them, or calibrate from measurements that reach them.",
+    )
     better_configuration: BetterDoc | None = Field(
         description="For a file that pins degrees: a configuration over 10% faster that fits."
     )

@@ -273,6 +273,14 @@ class ComputeSpec(Spec):
     efficiency_curve: EfficiencyCurve | None = Field(
         default=None, description="Shape dependence; omitted means a constant rate."
     )
+    measured_dims: list[list[Annotated[float, Field(ge=1, le=2.0**48)]]] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=2,
+        description="[[smallest m, n, k], [largest m, n, k]] among the GEMMs measured: a plan "
+        "pricing GEMMs outside says it extrapolates. Omitted: efficiency_curve.max_dims, if any. "
+        "Range: two lists of three values, each 1 to 2^48.",
+    )
     tile_model: TileModelSpec | None = Field(
         default=None,
         description="Shape-aware model (tiles, waves, launch): when given, it replaces "
@@ -297,6 +305,16 @@ class ComputeSpec(Spec):
     source: str | None = Field(
         default=None, description="Where the rate comes from when it was not fitted."
     )
+
+    def measured_range(self) -> tuple[list[float] | None, list[float] | None]:
+        """(smallest, largest) m, n, k measured: `measured_dims`, else the
+        efficiency curve's `max_dims` (no smallest), else (None, None)."""
+        if self.measured_dims is not None:
+            return list(self.measured_dims[0]), list(self.measured_dims[1])
+        curve = self.efficiency_curve
+        if curve is not None and curve.max_dims is not None:
+            return None, list(curve.max_dims)
+        return None, None
 
 
 class SourceFile(Spec):

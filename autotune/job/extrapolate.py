@@ -1,0 +1,118 @@
+"""What a chosen plan prices outside its calibration's measured range: the
+local GEMMs it runs (FC layers, the unfused attention core, the output
+layer) against the GEMM sizes the compute fit measured, and the collective
+pieces it sends (FC layers on the tensor mesh, pipeline transfers, the
+data-parallel gradient reduction) against the piece sizes each collective
+fit measured (job/accuracy.py has the records and the comparison)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from autotune.hardware.layout import AxisLayout, Level, ParallelAxis
+from autotune.hardware.placement import MeshPlacement, ResourceKind
+from autotune.job.accuracy import Extrapolation, collective_extrapolations, gemm_extrapolations
+from autotune.plan.results import PlanResult
+from autotune.specs.calibration import CalibrationSpec
+from autotune.specs.model import ModelSpec
+from autotune.specs.training import AttentionKernel, FcAlgorithm, TrainingSpec
+from cost_models import Axis, MeshShape, collective_calls, local_gemm_dims
+
+Used = dict[tuple[str, str], tuple[float, float, str]]
+
+
+def _note(used: Used, op: str, key: str, sizes: Iterable[float], who: str) -> None:
+    """Widen the (smallest, largest) piece recorded for `op` on `key`."""
+    sizes = [float(x) for x in sizes if x > 0]
+    if not sizes:
+        return
+    lo, hi = min(sizes), max(sizes)
+    if (op, key) in used:
+        plo, phi, pwho = used[(op, key)]
+        who = pwho if who in pwho else f"{pwho}, {who}"
+        lo, hi = min(lo, plo), max(hi, phi)
+    used[(op, key)] = (lo, hi, who)
+
+
+def _axis_key(calibration: CalibrationSpec, op: str, placement: MeshPlacement | None, axis: Axis):
+    """The calibration entry an FC collective on `axis` is priced with
+    (hardware/calibration.py comm_model_for): the axis's resource kind, else
+    the mesh axis itself."""
+    entries = calibration.collectives.get(op, {})
+    if placement is not None:
+        p = placement.axis(axis)
+        if p.kind is not ResourceKind.CALIBRATED_AXIS and p.kind.value in entries:
+            return p.kind.value
+    return axis.value
+
+
+def _level_key(calibration: CalibrationSpec, op: str, level: Level) -> tuple[str, str] | None:
+    """The (operation, key) a level of an axis is priced with
+    (job/hardware.py HardwareView._resolve), or None for the cluster file's
+    own figures."""
+    if level.kind is ResourceKind.CLUSTER_FIGURES:
+        return None
+    for name in (op, "all_gather") if op == "send_recv" else (op,):
+        if level.kind.value in calibration.collectives.get(name, {}):
+            return name, level.kind.value
+    return op, level.kind.value
+
+
+def plan_extrapolations(
+    calibration: CalibrationSpec,
+    model: ModelSpec,
+    training: TrainingSpec,
+    fc: PlanResult,
+    axes: Iterable[AxisLayout],
+    config: dict[str, int | str],
+    stage_weights_bytes: Iterable[float],
+) -> tuple[Extrapolation, ...]:
+    """Every collective and GEMM of the chosen configuration priced beyond
+    what `calibration` measured (module docstring)."""
+    e = training.dtype.num_bytes
+    mesh = MeshShape(int(config["rows"]), int(config["cols"]))
+    mbs, dp, zero = int(config["mbs"]), int(config["dp"]), int(config["zero"])
+    used: Used = {}
+    shapes: dict[str, list[tuple[float, float, float]]] = {"FC layers": []}
+    for lp in fc.layers:
+        for g in lp.gemms:
+            s = g.shape
+            shapes["FC layers"].append(
+                local_gemm_dims(s.dataflow, s.m, s.n, s.k, fc.mesh, g.num_slices, s.transposed)
+            )
+            for call in collective_calls(
+                s.dataflow, s.m, s.n, s.k, fc.mesh, g.num_slices, e, s.transposed
+            ):
+                key = _axis_key(calibration, call.op.value, fc.placement, call.axis)
+                _note(used, call.op.value, key, [call.shard_bytes], "FC layers")
+    tp = mesh.num_chips
+    seq, d, heads = training.sequence_length, model.head_dim, model.num_heads
+    if training.attention is AttentionKernel.UNFUSED and heads % tp == 0:
+        shapes["attention core"] = [(seq, seq, d), (seq, d, seq)]
+    if model.vocab_size is not None:
+        megatron = training.fc_algorithm is FcAlgorithm.MEGATRON_1D
+        n = mbs * seq / (1 if megatron else mesh.num_rows)
+        vs = model.vocab_size / (tp if megatron else mesh.num_cols)
+        h = model.hidden_size
+        shapes["output layer"] = [(n, vs, h), (n, h, vs), (h, vs, n)]
+    by_axis = {a.axis: a for a in axes}
+    pipeline = by_axis.get(ParallelAxis.PIPELINE)
+    if pipeline is not None and pipeline.levels:
+        message = mbs * seq * model.hidden_size * e / tp
+        key = _level_key(calibration, "send_recv", pipeline.levels[-1])
+        if key is not None:
+            _note(used, key[0], key[1], [message], "pipeline transfers")
+    data = by_axis.get(ParallelAxis.DATA)
+    if data is not None and data.levels:
+        grad_e = 4 if training.fp32_gradients else e
+        totals = [grad_e * w * (dp if zero >= 3 else 1) / e for w in stage_weights_bytes if w > 0]
+        divided = 1
+        for level in data.levels:
+            divided *= level.size
+            for op in ("reduce_scatter", "all_gather"):
+                key = _level_key(calibration, op, level)
+                if key is not None and level.size > 1:
+                    _note(used, key[0], key[1], [t / divided for t in totals], "gradient reduction")
+    out = collective_extrapolations(calibration, used)
+    out += gemm_extrapolations(calibration, shapes)
+    return tuple(out)
