@@ -109,15 +109,18 @@ def tiled_gemm_work(
     tiles: tuple[tuple[int, int], ...] = DEFAULT_TILES,
     k_overhead: float = 0.0,
     reuse_penalty: float = 0.0,
+    batch: ArrayLike = 1,
 ) -> np.ndarray:
     """FLOPs a GEMM costs on a chip of `num_cores` cores (SMs, CUs), counting
     the work its tiling wastes: the smallest over the library's tile shapes.
+    `batch` independent GEMMs of one shape in one kernel (a strided-batched
+    GEMM) share the waves: their tiles are counted together.
 
     Formula (derivation; the tile and wave quantisation of NVIDIA's "Matrix
     Multiplication Background User's Guide", sections "Tile Quantization"
     and "Wave Quantization")::
 
-        tiles(Tm, Tn) = ceil(m / Tm) * ceil(n / Tn)
+        tiles(Tm, Tn) = batch * ceil(m / Tm) * ceil(n / Tn)
         waves         = ceil(tiles / num_cores)
         work(Tm, Tn)  = waves * num_cores * 2 * Tm * Tn * (k + k_overhead)
                         * (1 + reuse_penalty * (1/Tm + 1/Tn))
@@ -136,9 +139,10 @@ def tiled_gemm_work(
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
+    b = np.asarray(batch, dtype=float)
     best = None
     for tm, tn in tiles:
-        count = np.ceil(m / tm) * np.ceil(n / tn)
+        count = b * np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.ceil(count / num_cores)
         work = (
             waves
@@ -172,10 +176,10 @@ class TileModel:
         assert self.num_cores >= 1 and self.launch_s >= 0
         assert self.k_overhead >= 0 and self.reuse_penalty >= 0 and self.tiles
 
-    def work(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
+    def work(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
         """:func:`tiled_gemm_work` with this model's parameters."""
         return tiled_gemm_work(
-            m, n, k, self.num_cores, self.tiles, self.k_overhead, self.reuse_penalty
+            m, n, k, self.num_cores, self.tiles, self.k_overhead, self.reuse_penalty, batch
         )
 
 
@@ -225,8 +229,9 @@ class ComputeModel:
             m, n, k, self.max_efficiency, self.m_half, self.n_half, self.k_half
         )
 
-    def gemm_s(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
-        """Seconds for one local GEMM: the roofline.
+    def gemm_s(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike = 1) -> np.ndarray:
+        """Seconds for one local GEMM (or `batch` of one shape in one
+        strided-batched kernel): the roofline.
 
         Formula (seed 000 section 3.2.2; model.md section 5; hardware.md
         section 3)::
@@ -240,30 +245,37 @@ class ComputeModel:
         :class:`TileModel` (the shape-aware model) the first term is
         `launch_s + work(m, n, k) / peak_flops_per_s`
         (:func:`tiled_gemm_work`, at least `2 m n k`) and the HBM term is
-        added to `launch_s` too. Dimensions in elements; a GEMM with a zero
-        dimension takes no time.
+        added to `launch_s` too. A batched kernel does `batch` times the
+        FLOPs and bytes; with tiles, its GEMMs share the waves and one
+        `launch_s` (:func:`tiled_gemm_work`), with the curve it is `batch`
+        GEMMs at the curve's rate. Dimensions in elements; a GEMM with a
+        zero dimension takes no time.
         """
-        flops = gemm_flops(m, n, k)
+        b = np.asarray(batch, dtype=float)
+        flops = gemm_flops(m, n, k) * b
         if self.tile is not None:
-            return self._tiled_s(m, n, k, flops)
+            return self._tiled_s(m, n, k, flops, b)
         eff = self.efficiency(np.maximum(m, 1), np.maximum(n, 1), np.maximum(k, 1))
         t = flops / (self.peak_flops_per_s * eff)
         if self.ceiling_flops_per_s is not None:
             t = np.maximum(t, flops / self.ceiling_flops_per_s)
         if self.hbm_bytes_per_s > 0:
-            memory = gemm_hbm_bytes(m, n, k, self.element_bytes) / self.hbm_bytes_per_s
+            memory = b * gemm_hbm_bytes(m, n, k, self.element_bytes) / self.hbm_bytes_per_s
             t = np.where(flops > 0, np.maximum(t, memory), 0.0)
         return t
 
-    def _tiled_s(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, flops: np.ndarray) -> np.ndarray:
+    def _tiled_s(
+        self, m: ArrayLike, n: ArrayLike, k: ArrayLike, flops: np.ndarray, batch: np.ndarray
+    ) -> np.ndarray:
         """:meth:`gemm_s` with the tile model (its docstring has the formula)."""
         assert self.tile is not None
-        busy = self.tile.work(np.maximum(m, 1), np.maximum(n, 1), np.maximum(k, 1))
+        busy = self.tile.work(np.maximum(m, 1), np.maximum(n, 1), np.maximum(k, 1), batch)
         t = busy / self.effective_flops_per_s
         if self.ceiling_flops_per_s is not None:
             t = np.maximum(t, flops / self.ceiling_flops_per_s)
         if self.hbm_bytes_per_s > 0:
-            t = np.maximum(t, gemm_hbm_bytes(m, n, k, self.element_bytes) / self.hbm_bytes_per_s)
+            memory = batch * gemm_hbm_bytes(m, n, k, self.element_bytes) / self.hbm_bytes_per_s
+            t = np.maximum(t, memory)
         return np.where(flops > 0, self.tile.launch_s + t, 0.0)
 
     @property

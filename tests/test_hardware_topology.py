@@ -257,6 +257,10 @@ def test_tiled_gemm_work_by_hand() -> None:
     assert tiled_gemm_work(256, 128, 512, 132, two) == 132 * tile
     # never less than the GEMM's own FLOPs
     assert tiled_gemm_work(4096, 4096, 4096, 132) >= 2 * 4096**3
+    # 32 GEMMs of 256 x 256 in one batched kernel: 128 tiles, one wave; apart,
+    # each is a wave of its own 4 tiles
+    assert tiled_gemm_work(256, 256, 512, 132, one, batch=32) == 132 * tile
+    assert 32 * tiled_gemm_work(256, 256, 512, 132, one) == 32 * 132 * tile
 
 
 @settings(max_examples=300, deadline=None)
@@ -271,15 +275,18 @@ def test_tiled_gemm_work_by_hand() -> None:
     k_overhead=st.floats(0, 512),
     reuse=st.floats(0, 64),
     hbm=st.floats(1e11, 1e13),
+    batch=st.integers(1, 256),
 )
 def test_no_tiled_gemm_beats_peak_or_hbm(
-    m, n, k, peak, share, cores, launch, k_overhead, reuse, hbm
+    m, n, k, peak, share, cores, launch, k_overhead, reuse, hbm, batch
 ) -> None:
     tile = TileModel(cores, launch, k_overhead, reuse)
     model = ComputeModel(peak, share, hbm_bytes_per_s=hbm, ceiling_flops_per_s=peak, tile=tile)
-    t = float(model.gemm_s(m, n, k))
-    assert t >= launch + float(gemm_flops(m, n, k)) / peak * (1 - 1e-12)
-    assert t >= float(gemm_hbm_bytes(m, n, k, 2)) / hbm * (1 - 1e-12)
+    t = float(model.gemm_s(m, n, k, batch))
+    assert t >= launch + batch * float(gemm_flops(m, n, k)) / peak * (1 - 1e-12)
+    assert t >= batch * float(gemm_hbm_bytes(m, n, k, 2)) / hbm * (1 - 1e-12)
+    # one batched kernel is never slower than its GEMMs one by one
+    assert t <= batch * float(model.gemm_s(m, n, k)) * (1 + 1e-12)
     assert math.isfinite(t)
 
 

@@ -32,13 +32,13 @@ CALIBRATIONS = ("a100-nominal", "a100-measured")
 # (calibration_data/measured/README.md), none of them these runs.
 # `a100-measured`'s GEMMs are the tile model since it was regenerated with
 # it (its held-out error on the eight A100 shapes beat the curve's); Table 4
-# got worse with it (docs/accuracy.md says why), Table 5 better.
-KORTHIKANTI_TOLERANCE = {"a100-nominal": (0.08, 0.17), "a100-measured": (0.085, 0.15)}
+# got worse with it (docs/accuracy.md says why), Table 5 and Table 1 better.
+KORTHIKANTI_TOLERANCE = {"a100-nominal": (0.08, 0.17), "a100-measured": (0.065, 0.11)}
 # Table 4 (one layer of the 22B model): |error| of forward + backward.
-TABLE4_TOLERANCE = {"a100-nominal": (0.07, 0.11), "a100-measured": (0.205, 0.22)}
+TABLE4_TOLERANCE = {"a100-nominal": (0.07, 0.11), "a100-measured": (0.16, 0.165)}
 # Section 6.3 (530B on 2240 GPUs, 8-way data parallelism).
 DP8_TOLERANCE = {"a100-nominal": 0.10, "a100-measured": 0.03}
-NARAYANAN_TOLERANCE = {"a100-nominal": (0.13, 0.29), "a100-measured": (0.065, 0.125)}
+NARAYANAN_TOLERANCE = {"a100-nominal": (0.13, 0.29), "a100-measured": (0.03, 0.105)}
 
 
 def _model(name, heads, hidden, layers):

@@ -69,20 +69,22 @@ def unfused_attention_forward_s(
     head_dim: int,
     tp: ArrayLike,
 ) -> np.ndarray:
-    """Forward seconds on one chip of the unfused attention core: for each
-    of the `sequences x num_heads / tp` heads it holds, the score GEMM
-    `Q K^T` (`s x s x d`) and the context GEMM `P V` (`s x d x s`), each
-    priced by the GEMM model (efficiency curve and roofline)::
+    """Forward seconds on one chip of the unfused attention core: over the
+    `sequences x num_heads / tp` heads it holds, the score GEMMs `Q K^T`
+    (`s x s x d`) and the context GEMMs `P V` (`s x d x s`), each product
+    one strided-batched kernel over the heads (Megatron-LM's unfused core
+    runs `torch.baddbmm` and `torch.bmm` on `[b np, s, d]` tensors), priced
+    by the GEMM model (its roofline; with tiles the heads share the waves
+    and one launch)::
 
-        t = b nh / tp * (gemm_s(s, s, d) + gemm_s(s, d, s))
+        t = gemm_s(s, s, d, batch=b nh / tp) + gemm_s(s, d, s, batch=b nh / tp)
 
     No causal skipping (`4 b nh s^2 d / tp` FLOPs, Korthikanti et al. 2022
     section 4.1). Vectorised over `sequences` and `tp`."""
-    per_head = float(
-        gemm.gemm_s(seq_len, seq_len, head_dim) + gemm.gemm_s(seq_len, head_dim, seq_len)
-    )
     heads = np.asarray(sequences, dtype=float) * num_heads / np.asarray(tp, dtype=float)
-    return heads * per_head
+    return gemm.gemm_s(seq_len, seq_len, head_dim, heads) + gemm.gemm_s(
+        seq_len, head_dim, seq_len, heads
+    )
 
 
 def logits_gemm_s(
