@@ -1,0 +1,212 @@
+"""Ranking: does the planner put the measured-fastest configuration first?
+
+Published sweeps of one model on one cluster under several parallel
+configurations (tests/fixtures/published_sweeps/README.md cites each): every
+measured configuration is planned pinned, and per sweep the test prints the
+rank correlation (Spearman) of predicted and measured throughput, the regret
+of choosing by the model (measured throughput of the predicted best against
+the measured best) and the median error. Nothing was fitted to them.
+
+The target (issue: regret 2% or less and rank correlation 0.9 or more on
+every sweep) is not met; docs/accuracy.md ("Ranking") says by how much and
+why. The records below hold each sweep to what it measures now, so a change
+that makes ranking worse fails.
+
+Run `python -m pytest tests/test_ranking_published.py -s` for the tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from planning import pinned, plan_for
+from scipy.stats import spearmanr
+
+pytestmark = pytest.mark.slow
+
+SWEEPS = Path(__file__).parent / "fixtures" / "published_sweeps"
+CALIBRATIONS = ("a100-measured", "a100-nominal")
+
+#: Jean Zay's A100 partition as the BLOOM tuning ran on it: 8 x A100 80GB per
+#: node on NVLink (taken as the HGX A100's NVSwitch, 300 GB/s per GPU each way:
+#: the tr11 README says "NVLink 4 inter-gpu connects"), 4 Omni-Path links per
+#: node for the data-parallel and pipeline traffic (the link speed is not
+#: stated; Omni-Path's one generation runs 100 Gb/s: 4 x 12.5 GB/s / 8 GPUs =
+#: 6.25 GB/s per GPU), 5 us per message (assumed). Tensor parallelism stays
+#: inside a node in every run.
+JEAN_ZAY = {
+    "name": "jean-zay-a100",
+    "topology": "switched",
+    "chip": "a100-sxm4-80gb",
+    "node": {"chips_per_node": 8, "egress_gb_per_s": 300},
+    "scale_out": {"nic_gb_per_s": 25, "rails": 8},
+    "data_parallel_gb_per_s": 6.25,
+    "pipeline_gb_per_s": 6.25,
+    "network_latency_us": 5,
+    "block_size": 64,
+    "calibration": "a100-nominal",
+}
+
+#: (sweep, calibration) -> (rank correlation at least, regret at most), as
+#: measured: records, not the target
+RECORDS = {
+    ("bloom h13824 L78 96 heads", "a100-measured"): (0.05, 0.08),
+    ("bloom h13824 L84 64 heads", "a100-measured"): (-0.05, 0.08),
+    ("bloom h14336 L72 64 heads (02-21..24)", "a100-measured"): (0.30, 0.09),
+    ("bloom h14336 L72 64 heads (02-25..26)", "a100-measured"): (0.50, 0.015),
+    ("mpt-7b FSDP micro-batch", "a100-measured"): (0.95, 0.001),
+    ("bloom h13824 L78 96 heads", "a100-nominal"): (0.0, 0.20),
+    ("bloom h13824 L84 64 heads", "a100-nominal"): (-0.05, 0.08),
+    ("bloom h14336 L72 64 heads (02-21..24)", "a100-nominal"): (-0.10, 0.15),
+    ("bloom h14336 L72 64 heads (02-25..26)", "a100-nominal"): (0.10, 0.015),
+    ("mpt-7b FSDP micro-batch", "a100-nominal"): (0.95, 0.001),
+}
+
+BLOOM = {
+    "bloom_prequel_h13824_l78_feb26_27.yaml": "bloom h13824 L78 {} heads",
+    "bloom_prequel_h13824_l84_feb21.yaml": "bloom h13824 L84 {} heads",
+    "bloom_prequel_h14336_l72_feb21_24.yaml": "bloom h14336 L72 {} heads (02-21..24)",
+    "bloom_prequel_h14336_l72_feb25_26.yaml": "bloom h14336 L72 {} heads (02-25..26)",
+}
+#: fewest configurations of one model a sweep needs to be ranked
+MIN_RUNS = 4
+
+
+def _bloom_runs(tmp: Path, calibration: str):
+    """(sweep, configuration, measured sequences/s, predicted) of every
+    measured BLOOM run: GPT with ALiBi (no position table), tied embeddings,
+    vocabulary 250880, full recomputation, ZeRO-1, fp16, Megatron's unfused
+    attention, DeepSpeed's 1F1B pipeline (no interleaving), the gradient
+    reduction after the pipeline flush. Sweeps hold one model shape (the
+    head count is part of it)."""
+    out = []
+    for name, label in BLOOM.items():
+        for i, r in enumerate(yaml.safe_load((SWEEPS / name).read_text())["runs"]):
+            m = r["measured"]
+            if m.get("status") != "ok" or not m.get("seconds_per_iteration"):
+                continue
+            h, layers, heads = r["hidden_size"], r["num_layers"], r["num_heads"]
+            model = {
+                "name": "bloom",
+                "num_layers": layers,
+                "hidden_size": h,
+                "num_heads": heads,
+                "head_dim": h // heads,
+                "ffn_size": 4 * h,
+                "vocab_size": 250880,
+                "position_encoding": "rotary",
+                "tied_embeddings": True,
+            }
+            training = {
+                "global_batch_sequences": r["global_batch_size"],
+                "sequence_length": 2048,
+                "micro_batch_size": r["micro_batch_size"],
+                "tensor_parallel": r["tensor_parallel"],
+                "pipeline_parallel": r["pipeline_parallel"],
+                "data_parallel": r["data_parallel"],
+                "recompute": "full",
+                "zero_stage": 1,
+                "fc_algorithm": "megatron-1d",
+                "attention": "unfused",
+                "sequence_parallel": False,
+                "dtype": "fp16",
+                "layer_split": "even",
+                "overlap_data_parallel": False,
+            }
+            folder = tmp / f"{name}-{i}"
+            folder.mkdir()
+            cluster = {**JEAN_ZAY, "num_chips": r["gpus"]}
+            plan = plan_for(folder, model, pinned(training), cluster, calibration=calibration)
+            what = (
+                f"TP{r['tensor_parallel']} PP{r['pipeline_parallel']} DP{r['data_parallel']} "
+                f"mbs{r['micro_batch_size']} gbs{r['global_batch_size']}"
+            )
+            batch = r["global_batch_size"]
+            out.append(
+                (label.format(heads), what, batch / m["seconds_per_iteration"], batch / plan.step_s)
+            )
+    return out
+
+
+def _mpt_runs(tmp: Path, calibration: str):
+    """The MPT-7B micro-batch sweep: FSDP FULL_SHARD (ZeRO-3) over 8 A100
+    80GB in one node, flash attention, learned positions, no recomputation,
+    two micro-batches per step."""
+    runs = yaml.safe_load((SWEEPS / "llmfoundry_mpt7b_a100_80gb_microbatch.yaml").read_text())
+    model = {
+        "name": "mpt-7b",
+        "num_layers": 32,
+        "hidden_size": 4096,
+        "num_heads": 32,
+        "head_dim": 128,
+        "ffn_size": 16384,
+        "vocab_size": 50368,
+        "position_encoding": "learned",
+        "tied_embeddings": True,
+    }
+    out = []
+    for i, r in enumerate(runs["runs"]):
+        training = {
+            "global_batch_sequences": r["global_batch_size"],
+            "sequence_length": r["seq_length"],
+            "micro_batch_size": r["micro_batch_size"],
+            "tensor_parallel": 1,
+            "pipeline_parallel": 1,
+            "data_parallel": r["gpus"],
+            "recompute": "none",
+            "zero_stage": 3,
+            "fc_algorithm": "megatron-1d",
+            "attention": "flash",
+        }
+        folder = tmp / f"mpt-{i}"
+        folder.mkdir()
+        plan = plan_for(
+            folder, model, pinned(training), f"a100-hgx-{r['gpus'] // 8}n", calibration=calibration
+        )
+        measured = float(r["measured"]["Throughput (T/s)"]) / r["seq_length"]
+        out.append(
+            (
+                "mpt-7b FSDP micro-batch",
+                f"mbs{r['micro_batch_size']}",
+                measured,
+                r["global_batch_size"] / plan.step_s,
+            )
+        )
+    return out
+
+
+def ranking(rows) -> dict[str, tuple[int, float, float, float]]:
+    """Per sweep: (configurations, Spearman rho, regret, median |error|)."""
+    sweeps: dict[str, list[tuple[str, float, float]]] = {}
+    for sweep, what, measured, predicted in rows:
+        sweeps.setdefault(sweep, []).append((what, measured, predicted))
+    out = {}
+    for sweep, runs in sweeps.items():
+        if len(runs) < MIN_RUNS:
+            continue
+        m = np.array([r[1] for r in runs])
+        p = np.array([r[2] for r in runs])
+        rho = float(spearmanr(m, p).correlation)
+        regret = float(1 - m[int(np.argmax(p))] / m.max())
+        out[sweep] = (len(runs), rho, regret, float(np.median(np.abs(p / m - 1))))
+    return out
+
+
+@pytest.mark.parametrize("calibration", CALIBRATIONS)
+def test_ranking_on_published_sweeps(tmp_path, calibration):
+    rows = _bloom_runs(tmp_path, calibration) + _mpt_runs(tmp_path, calibration)
+    table = ranking(rows)
+    print(f"\nRanking on published sweeps ({calibration})")
+    print(f"{'sweep':<42}{'runs':>5}{'rho':>7}{'regret':>8}{'median err':>12}")
+    for sweep, (n, rho, regret, err) in table.items():
+        print(f"{sweep:<42}{n:>5}{rho:>7.2f}{regret:>8.1%}{err:>12.1%}")
+    for sweep, what, measured, predicted in rows:
+        print(f"  {sweep:<40} {what:<30} measured {measured:8.2f}/s predicted {predicted:8.2f}/s")
+    assert set(table) == {s for s, c in RECORDS if c == calibration}
+    for sweep, (_, rho, regret, _) in table.items():
+        rho_min, regret_max = RECORDS[(sweep, calibration)]
+        assert rho >= rho_min, sweep
+        assert regret <= regret_max, sweep
