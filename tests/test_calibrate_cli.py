@@ -249,7 +249,8 @@ def test_plan_shows_the_calibrations_expected_error(repo_root, tmp_path):
     table = run("plan", "examples/gpt3.yaml", "--calibration", str(cal))
     assert table.exit_code == 0, table.output
     median = expected["collective_median_rel_error"]
-    assert f"collectives {median:.1%} median" in " ".join(table.output.split())
+    text = " ".join(table.output.split())
+    assert "error band ±" in text and f"collectives {median:.1%}," in text
     doc = json.loads(run("plan", "examples/gpt3.yaml", "--calibration", str(cal), "--format",
                          "json").stdout)  # fmt: skip
     assert doc["provenance"]["calibration"]["expected_error"] == expected

@@ -176,13 +176,23 @@ def test_mindformers_global_batch_is_the_plans_with_and_without_pipeline(
         assert loaded["micro_batches"] == doc["configuration"]["micro_batches"]
 
 
-def test_mindformers_pp_interleave_num_is_exported(plans: dict[str, Path], tmp_path: Path):
+def test_mindformers_pp_interleave_num_is_exported(tmp_path: Path):
     """Interleaving was "not expressed" although model_config.pp_interleave_num
-    exists (regression): with the plan's balanced [20, 21] / [20, 19] chunks."""
+    exists (regression): the Llama 3 70B example with 2 chunks per stage
+    pinned (its balanced chunks exported as planned)."""
+    import yaml
+
     python = _venv("mindformers")
-    assert _export(plans["llama3-70b-h100-auto"], "mindformers", tmp_path)[0] == 0
+    spec = yaml.safe_load((REPO / "examples" / "llama3-70b-h100-auto.yaml").read_text())
+    spec["training"]["interleave"] = 2
+    source = tmp_path / "interleaved.yaml"
+    source.write_text(yaml.safe_dump(spec))
+    plan = tmp_path / "interleaved.json"
+    result = CliRunner().invoke(main, ["plan", str(source), "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    assert _export(plan, "mindformers", tmp_path)[0] == 0
     loaded = _check(python, "mindformers_check.py", tmp_path / "mindformers.yaml")
-    doc = json.loads(plans["llama3-70b-h100-auto"].read_text())
+    doc = json.loads(plan.read_text())
     assert loaded["interleave"] == doc["configuration"]["interleave"] == 2
     assert loaded["virtual_stage_layers"] == plan_values(doc)["virtual_stage_layers"]
 

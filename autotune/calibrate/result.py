@@ -26,6 +26,7 @@ from autotune.errors import InputError
 from autotune.specs.calibration import (
     AXIS_KEYS,
     CALIBRATION_SCHEMA,
+    MAX_REL_ERROR,
     CalibrationSpec,
     CollectiveFit,
     ComputeSpec,
@@ -235,11 +236,16 @@ def _expected_error(
     if not errors and not compute_errors:
         return None
     every = errors + extrap
+
+    def bounded(values: list[float], pick) -> float | None:
+        # a held-out error above MAX_REL_ERROR (100,000%) says only "no estimate"
+        return min(float(pick(values)), MAX_REL_ERROR) if values else None
+
     return ExpectedError(
-        collective_median_rel_error=float(np.median(errors)) if errors else None,
-        collective_worst_rel_error=float(np.max(every)) if every else None,
-        compute_median_rel_error=float(np.median(compute_errors)) if compute_errors else None,
-        compute_worst_rel_error=float(np.max(compute_errors)) if compute_errors else None,
+        collective_median_rel_error=bounded(errors, np.median),
+        collective_worst_rel_error=bounded(every, np.max),
+        compute_median_rel_error=bounded(compute_errors, np.median),
+        compute_worst_rel_error=bounded(compute_errors, np.max),
         basis="collectives: each inner size left out in turn (median), worst also over the "
         "fit-small/predict-large splits (piece and message); compute: each GEMM shape "
         "left out in turn",

@@ -329,20 +329,37 @@ class SourceFile(Spec):
     )
 
 
+#: a held-out relative error above this (100,000%) is not an error estimate
+MAX_REL_ERROR = 1000.0
+
+
 class ExpectedError(Spec):
-    """Summary of the cross-validated errors of a calibration."""
+    """Summary of the cross-validated errors of a calibration (relative:
+    0.05 is 5%)."""
 
     collective_median_rel_error: float | None = Field(
-        default=None, ge=0, description="Median held-out error over the collective fits."
+        default=None,
+        ge=0,
+        le=MAX_REL_ERROR,
+        description="Median held-out error over the collective fits. Range: 0 to 1000.",
     )
     collective_worst_rel_error: float | None = Field(
-        default=None, ge=0, description="Worst held-out error over the collective fits."
+        default=None,
+        ge=0,
+        le=MAX_REL_ERROR,
+        description="Worst held-out error over the collective fits. Range: 0 to 1000.",
     )
     compute_median_rel_error: float | None = Field(
-        default=None, ge=0, description="Median held-out error of the GEMM model."
+        default=None,
+        ge=0,
+        le=MAX_REL_ERROR,
+        description="Median held-out error of the GEMM model. Range: 0 to 1000.",
     )
     compute_worst_rel_error: float | None = Field(
-        default=None, ge=0, description="Worst held-out error of the GEMM model."
+        default=None,
+        ge=0,
+        le=MAX_REL_ERROR,
+        description="Worst held-out error of the GEMM model. Range: 0 to 1000.",
     )
     basis: str = Field(description="How the numbers were obtained.")
 
