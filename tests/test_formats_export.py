@@ -289,6 +289,26 @@ def test_mindformers_offsets_with_a_remainder(tmp_path: Path) -> None:
     assert config["model"]["model_config"]["offset"] == [[0] * 8, [0, 0, 0, 0, 0, 1, 1, 1]]
 
 
+def test_megatron_says_whole_activation_sends_are_not_expressed(tmp_path: Path) -> None:
+    """A plan priced with whole activations between stages (DeepSpeed's
+    pipeline engine) exports to Megatron-LM, which always splits them: the
+    difference is a not-expressed line, not silence."""
+    doc = json.loads(PLAN_1D.read_text())
+    assert doc["configuration"]["pipeline_parallel"] > 1
+    for section in (doc["provenance"]["training"], doc["configuration"]):
+        section["fc_algorithm"] = "megatron-1d"
+        section["sequence_parallel"] = False
+    doc["provenance"]["training"]["pipeline_scatter_gather"] = False
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    result = export_plan(str(plan), "megatron")
+    assert any("pipeline_scatter_gather false" in line for line in result.not_expressed)
+    assert not any(
+        "pipeline_scatter_gather" in line
+        for line in export_plan(str(PLAN_1D), "megatron").not_expressed
+    )
+
+
 # -- the JAX module runs -------------------------------------------------------------
 
 

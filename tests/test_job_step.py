@@ -276,3 +276,29 @@ def test_pipeline_transfer_and_optimizer_by_hand(tmp_path):
     layer = (2048 * (16 + 32) * 128 + 16 * 128 * 2048 + 2 * 2048 * 8192) / 8 + 2 * 2048
     params = 8 * layer + 51200 * 2048 / 8 + 2048 * 2048
     assert job.stages.optimizer_s[0] == pytest.approx(params * 30 / 2.039e12, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("sequence_parallel", "scatter_gather", "share"),
+    [(True, False, 8), (False, True, 8), (False, False, 1)],
+)
+def test_pipeline_send_without_scatter_gather(tmp_path, sequence_parallel, scatter_gather, share):
+    """The same 2 stages of TP 8 over a100-hgx-2n: every chip sends 1/8 of
+    the micro-batch's 2048 x 2048 activation when it is split (sequence
+    parallelism, or Megatron's scatter-gather), the whole 8 MiB when neither
+    (Megatron's --no-scatter-gather-tensors-in-pipeline, DeepSpeed's
+    pipeline engine): 40 us + 5 us + bytes / 22.5 GB/s per send, 8 sends."""
+    training = {
+        "global_batch_sequences": 4,
+        "sequence_length": 2048,
+        "pipeline_parallel": 2,
+        "micro_batch_size": 1,
+        "fc_algorithm": "megatron-1d",
+        "fp32_gradients": True,
+        "layer_split": "even",
+        "sequence_parallel": sequence_parallel,
+        "pipeline_scatter_gather": scatter_gather,
+    }
+    job = job_for(tmp_path, training, "a100-hgx-2n")
+    p2p = 40e-6 + 5e-6 + 2048 * 2048 * 2 / share / 22.5e9
+    assert job.parts["pp_comm_s"] == pytest.approx(2 * 4 * p2p, rel=1e-9)

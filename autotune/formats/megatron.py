@@ -119,6 +119,17 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             "sequence parallelism on: the plan shards every activation over the "
             "tensor-parallel chips, and userbuffers overlap requires it"
         )
+    if (
+        tp > 1
+        and t.pipeline_parallel > 1
+        and not view.sequence_parallel
+        and not t.pipeline_scatter_gather
+    ):
+        notes.drop(
+            "pipeline_scatter_gather false (whole activations between stages): this "
+            "Megatron-LM always splits them over the tensor-parallel ranks (its "
+            "--no-scatter-gather-tensors-in-pipeline is gone); the plan priced larger sends"
+        )
     args += _split_args(view)
     args += _recompute_args(view.recompute)
     if view.zero_stage >= 1:

@@ -186,6 +186,7 @@ def resolved_training(doc: PlanDocument, path: str) -> TrainingSpec:
         "dropout",
         "fp32_gradients",
         "overlap_tensor_backward",
+        "pipeline_scatter_gather",
         "overlap_data_parallel",
         "workspace_gib",
         "memory_reserve_fraction",

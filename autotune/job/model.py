@@ -52,6 +52,7 @@ from autotune.job.hardware import HardwareView
 from autotune.pipeline.schedule import peak_alive_vectors
 from autotune.pipeline.search import makespans_s, schedule_graph
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
+from autotune.specs.training import FcAlgorithm
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.elementwise import adam_step_bytes_per_param
 
@@ -215,18 +216,29 @@ def block_seconds(a: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def pipeline_send_s(
     c: Candidates, figs: KeyFigures, hw: HardwareView, training: TrainingInput, hidden: int
 ) -> np.ndarray:
-    """Seconds of one stage-to-stage send of a micro-batch's `T h / t`
-    activation (or its gradient) per candidate: a send-recv on the pipeline
-    axis's outermost link; zero without pipeline stages."""
+    """Seconds of one stage-to-stage send of a micro-batch's activation (or
+    its gradient) per candidate: a send-recv on the pipeline axis's
+    outermost link; zero without pipeline stages. Each chip sends `T h / t`
+    (split over the `t` tensor-parallel chips: MeshSlice always,
+    megatron-1d with sequence parallelism or the scatter-gather
+    optimisation), else the whole `T h` (`pipeline_scatter_gather` false
+    without sequence parallelism: every chip sends the activation it holds
+    whole)."""
     out = np.zeros(len(c))
     e = training.dtype.num_bytes
+    whole = (
+        training.fc_algorithm is FcAlgorithm.MEGATRON_1D
+        and not training.sequence_parallel
+        and not training.pipeline_scatter_gather
+    )
     for key, members in _by(c, ("rows", "cols", "dp", "pp")).items():
         rows, cols, _dp, pp = key
         if pp == 1:
             continue
         axis = figs.layouts[key].axis(ParallelAxis.PIPELINE)
         tokens = c.mbs[members] * training.sequence_length
-        out[members] = hw.send_s(axis, tokens * hidden * e / (rows * cols))
+        share = 1 if whole else rows * cols
+        out[members] = hw.send_s(axis, tokens * hidden * e / share)
     return out
 
 

@@ -241,6 +241,7 @@ class TrainingInput(StepSettings):
             dropout=self.dropout,
             fp32_gradients=self.fp32_gradients,
             overlap_tensor_backward=self.overlap_tensor_backward,
+            pipeline_scatter_gather=self.pipeline_scatter_gather,
             overlap_data_parallel=self.overlap_data_parallel,
             workspace_gib=self.workspace_gib,
             memory_reserve_fraction=self.memory_reserve_fraction,

@@ -90,6 +90,14 @@ class StepSettings(Spec):
         "input-gradient GEMM, as Megatron-LM's asynchronous tensor-parallel all-reduce does "
         "(Korthikanti et al. 2022 section 6.2); false runs every collective blocking.",
     )
+    pipeline_scatter_gather: bool = Field(
+        default=True,
+        description="megatron-1d only: each tensor-parallel chip sends its 1/t share of a "
+        "micro-batch's activation to the next pipeline stage (Megatron-LM's scatter-gather "
+        "optimisation, Narayanan et al. SC'21 section 4.1; with sequence parallelism the "
+        "activation is split anyway); false sends the whole activation from every chip "
+        "(Megatron-LM's --no-scatter-gather-tensors-in-pipeline, DeepSpeed's pipeline engine).",
+    )
     overlap_data_parallel: bool = Field(
         default=True,
         description="Overlap gradient reduction with the backward pass (and weight gathers "
