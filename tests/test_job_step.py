@@ -250,6 +250,18 @@ def test_ends_by_hand():
     assert e.tail_transient_bytes == 4096 * 8000 * 6
 
 
+#: GPT-small on 2 stages of TP 8, 4 micro-batches of one sequence
+TWO_STAGES = {
+    "global_batch_sequences": 4,
+    "sequence_length": 2048,
+    "pipeline_parallel": 2,
+    "micro_batch_size": 1,
+    "fc_algorithm": "megatron-1d",
+    "fp32_gradients": True,
+    "layer_split": "even",
+}
+
+
 def test_pipeline_transfer_and_optimizer_by_hand(tmp_path):
     """GPT-small (h=2048) on 2 stages of TP 8 over a100-hgx-2n: the stages
     talk across nodes, priced by the a100-nominal calibration's scale-out
@@ -261,16 +273,7 @@ def test_pipeline_transfer_and_optimizer_by_hand(tmp_path):
     2048 x 2048 positions) moves 30 bytes per parameter at 2,039 GB/s; it is
     the larger of the two stages' (the last stage's output layer has no
     position table)."""
-    training = {
-        "global_batch_sequences": 4,
-        "sequence_length": 2048,
-        "pipeline_parallel": 2,
-        "micro_batch_size": 1,
-        "fc_algorithm": "megatron-1d",
-        "fp32_gradients": True,
-        "layer_split": "even",
-    }
-    job = job_for(tmp_path, training, "a100-hgx-2n")
+    job = job_for(tmp_path, TWO_STAGES, "a100-hgx-2n")
     p2p = 40e-6 + 5e-6 + 2048 * 2048 * 2 / 8 / 22.5e9
     assert job.parts["pp_comm_s"] == pytest.approx(2 * 4 * p2p, rel=1e-9)
     layer = (2048 * (16 + 32) * 128 + 16 * 128 * 2048 + 2 * 2048 * 8192) / 8 + 2 * 2048
@@ -289,13 +292,7 @@ def test_pipeline_send_without_scatter_gather(tmp_path, sequence_parallel, scatt
     (Megatron's --no-scatter-gather-tensors-in-pipeline, DeepSpeed's
     pipeline engine): 40 us + 5 us + bytes / 22.5 GB/s per send, 8 sends."""
     training = {
-        "global_batch_sequences": 4,
-        "sequence_length": 2048,
-        "pipeline_parallel": 2,
-        "micro_batch_size": 1,
-        "fc_algorithm": "megatron-1d",
-        "fp32_gradients": True,
-        "layer_split": "even",
+        **TWO_STAGES,
         "sequence_parallel": sequence_parallel,
         "pipeline_scatter_gather": scatter_gather,
     }
