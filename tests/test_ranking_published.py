@@ -32,19 +32,24 @@ CALIBRATIONS = ("a100-measured", "a100-nominal")
 
 #: Jean Zay's A100 partition as the BLOOM tuning ran on it: 8 x A100 80GB per
 #: node on NVLink (taken as the HGX A100's NVSwitch, 300 GB/s per GPU each way:
-#: the tr11 README says "NVLink 4 inter-gpu connects"), 4 Omni-Path links per
-#: node for the data-parallel and pipeline traffic (the link speed is not
-#: stated; Omni-Path's one generation runs 100 Gb/s: 4 x 12.5 GB/s / 8 GPUs =
-#: 6.25 GB/s per GPU), 5 us per message (assumed). Tensor parallelism stays
-#: inside a node in every run.
+#: the tr11 README says only "NVLink 4 inter-gpu connects"), 4 Omni-Path HFIs
+#: per node for the data-parallel and pipeline traffic. Their rate comes from
+#: BigScience's own all-reduce benchmark on that partition, not from these
+#: runs (bigscience-workshop/bigscience experiments/bandwidth/
+#: all_reduce_bench-a100-n4.txt, commit 358e3c8f: 32 ranks on 4 nodes, 4 GB,
+#: busbw 40.5 Gbit/s = 5.07 GB/s with NCCL's ring crossing each node on one
+#: HFI): 4 HFIs x 5.07 GB/s shared by a node's 8 GPUs, whose data-parallel
+#: rings (one GPU per node each) and pipeline sends all leave the node at
+#: once = 2.53 GB/s per GPU; 5 us per message (assumed). Tensor parallelism
+#: stays inside a node in every run.
 JEAN_ZAY = {
     "name": "jean-zay-a100",
     "topology": "switched",
     "chip": "a100-sxm4-80gb",
     "node": {"chips_per_node": 8, "egress_gb_per_s": 300},
     "scale_out": {"nic_gb_per_s": 25, "rails": 8},
-    "data_parallel_gb_per_s": 6.25,
-    "pipeline_gb_per_s": 6.25,
+    "data_parallel_gb_per_s": 2.53,
+    "pipeline_gb_per_s": 2.53,
     "network_latency_us": 5,
     "block_size": 64,
     "calibration": "a100-nominal",
