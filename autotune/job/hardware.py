@@ -224,6 +224,20 @@ def hardware_view(inp: JobInput) -> HardwareView:
     ctx = fc_search_context(probe)
     warnings = list(check_calibration(probe))
     cluster, spec, t = ctx.cluster, inp.cluster, inp.training
+    chip = cluster.chip
+    peaks = chip.peak_tflops_per_s if chip is not None else (spec.peak_tflops_per_s or {})
+    # fp8 needs matrix units built for it (Hopper, Blackwell, MI300): a chip
+    # that lists its peaks without fp8 cannot run it at all; other dtypes
+    # missing from the list only lack a peak (warned by check_calibration)
+    if peaks and t.dtype.value == "fp8" and "fp8" not in peaks:
+        what = f"chip {chip.name} of cluster {spec.name}" if chip else f"cluster {spec.name}"
+        raise InputError(
+            f"got {t.dtype.value}, which {what} has no matrix peak for (it lists "
+            f"{', '.join(peaks)})",
+            file=inp.source_file,
+            field="training.dtype",
+            fix=f"train in one of those, or plan on a chip with {t.dtype.value} tensor cores",
+        )
     if cluster.hbm_bytes is None:
         raise _need(inp, "hbm_gib", "the memory check")
     # the calibration's HBM rate (measured) before the chip's nominal one
