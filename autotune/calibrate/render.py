@@ -15,7 +15,7 @@ from rich.table import Table
 from autotune.calibrate.fit_compute import ComputeFit
 from autotune.calibrate.result import CalibrationResult
 from autotune.calibrate.textplot import legend, loglog_scatter
-from autotune.render_text import user_text
+from autotune.render_text import byte_size, user_text
 
 RESOURCE_NAMES = {
     "intra_node": "intra-node links (one host)",
@@ -29,13 +29,6 @@ def _cv(stats: tuple[float | None, float | None, float | None] | None) -> str:
     if stats is None or stats[0] is None:
         return "-"
     return f"{stats[0]:.1%} / {stats[2]:.0%}"
-
-
-def _bytes(value: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.3g} B"
 
 
 def _us(value: float | None) -> str:
@@ -219,7 +212,7 @@ def render_calibration(
                     regime_table.add_column(column, justify="right")
                 for bound, launch_s, sync_s, bw in f.regimes:
                     regime_table.add_row(
-                        "beyond" if math.isinf(bound) else _bytes(bound),
+                        "beyond" if math.isinf(bound) else byte_size(bound),
                         f"{launch_s * 1e6:.1f}",
                         f"{sync_s * 1e6:.1f}",
                         f"{bw * 1e-9:.1f}",
@@ -228,7 +221,7 @@ def render_calibration(
                 if f.extrapolation:
                     console.print(
                         f"{label}: pieces above "
-                        f"{_bytes(f.shard_bytes_range[1])} (the largest measured) are "
+                        f"{byte_size(f.shard_bytes_range[1])} (the largest measured) are "
                         f"extrapolated with {f.extrapolation}",
                         highlight=False,
                     )

@@ -5,10 +5,11 @@ cluster's resources."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from autotune.errors import InputError
 from autotune.hardware.cluster import Cluster
-from autotune.hardware.placement import MeshPlacement, ResourceKind
+from autotune.hardware.placement import AxisPlacement, MeshPlacement, ResourceKind
 from autotune.specs.calibration import CalibrationSpec, LinkSpec, TileModelSpec
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, LinkParams, LinkRegime
 from cost_models.compute import TileModel
@@ -49,6 +50,19 @@ def comm_model(calibration: CalibrationSpec) -> CommModel:
     return CommModel(params)
 
 
+def axis_entry_key(entries: Mapping[str, LinkSpec], placed: AxisPlacement) -> str | None:
+    """The key of `entries` (one operation's calibration entries) that
+    prices a placed mesh axis: its resource kind (torus, switched,
+    fully_connected, scale_out), else the mesh axis itself (row, col), else
+    None."""
+    kind = placed.kind.value if placed.kind is not ResourceKind.CALIBRATED_AXIS else None
+    if kind in entries:
+        return kind
+    if placed.axis.value in entries:
+        return placed.axis.value
+    return None
+
+
 def comm_model_for(
     calibration: CalibrationSpec,
     placement: MeshPlacement,
@@ -71,16 +85,15 @@ def comm_model_for(
         op = CollectiveOp(op_name)
         for axis in Axis:
             p = placement.axis(axis)
-            kind = p.kind.value if p.kind is not ResourceKind.CALIBRATED_AXIS else None
-            if kind in entries:
-                params[(op, axis)] = link_params(entries[kind], p.link_multiplier)
-            elif axis.value in entries:
-                params[(op, axis)] = link_params(entries[axis.value])
+            key = axis_entry_key(entries, p)
+            if key is not None:
+                scale = p.link_multiplier if key != axis.value else 1.0
+                params[(op, axis)] = link_params(entries[key], scale)
             elif p.size == 1 and entries:
                 # a one-chip axis moves nothing; any entry keeps the formulas total
                 params[(op, axis)] = link_params(next(iter(entries.values())))
-            elif kind in spare:
-                params[(op, axis)] = link_params(spare[kind], p.link_multiplier)
+            elif p.kind.value in spare and p.kind is not ResourceKind.CALIBRATED_AXIS:
+                params[(op, axis)] = link_params(spare[p.kind.value], p.link_multiplier)
     resources = {axis: placement.axis(axis).resource for axis in Axis}
     return CommModel(params, resources)
 

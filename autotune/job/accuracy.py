@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autotune.render_text import byte_size
 from autotune.specs.calibration import CalibrationSpec, ExpectedError
 
 #: exposed communication, priced by the collective fits
@@ -85,8 +86,8 @@ class Extrapolation:
         lo, hi = self.measured
         plo, phi = self.priced
         if self.kind == "collective":
-            span = f"pieces of {_size(lo)} to {_size(hi)}"
-            used = f"{_size(plo)} to {_size(phi)}"
+            span = f"pieces of {byte_size(lo)} to {byte_size(hi)}"
+            used = f"{byte_size(plo)} to {byte_size(phi)}"
         else:
             span = f"{self.dimension} from {lo:,.0f} to {hi:,.0f}"
             used = f"{self.dimension} {plo:,.0f} to {phi:,.0f}"
@@ -94,13 +95,6 @@ class Extrapolation:
             f"{self.what} was measured on {span}; priced here for the {self.used_by}: "
             f"{used}, {self.factor:.1f}x beyond it"
         )
-
-
-def _size(num_bytes: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.3g} {unit}"
-    return f"{num_bytes:.3g} B"
 
 
 def _beyond(lo: float, hi: float, low: float, high: float) -> float:

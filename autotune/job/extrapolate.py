@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from autotune.hardware.calibration import axis_entry_key
 from autotune.hardware.layout import AxisLayout, Level, ParallelAxis
 from autotune.hardware.placement import MeshPlacement, ResourceKind
 from autotune.job.accuracy import Extrapolation, collective_extrapolations, gemm_extrapolations
+from autotune.job.hardware import level_entry
 from autotune.plan.results import PlanResult
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.model import ModelSpec
@@ -36,26 +38,20 @@ def _note(used: Used, op: str, key: str, sizes: Iterable[float], who: str) -> No
 
 def _axis_key(calibration: CalibrationSpec, op: str, placement: MeshPlacement | None, axis: Axis):
     """The calibration entry an FC collective on `axis` is priced with
-    (hardware/calibration.py comm_model_for): the axis's resource kind, else
-    the mesh axis itself."""
+    (hardware/calibration.py axis_entry_key), else the mesh axis's name."""
     entries = calibration.collectives.get(op, {})
-    if placement is not None:
-        p = placement.axis(axis)
-        if p.kind is not ResourceKind.CALIBRATED_AXIS and p.kind.value in entries:
-            return p.kind.value
-    return axis.value
+    key = axis_entry_key(entries, placement.axis(axis)) if placement is not None else None
+    return key or axis.value
 
 
 def _level_key(calibration: CalibrationSpec, op: str, level: Level) -> tuple[str, str] | None:
     """The (operation, key) a level of an axis is priced with
-    (job/hardware.py HardwareView._resolve), or None for the cluster file's
-    own figures."""
+    (job/hardware.py level_entry), or None for the cluster file's own
+    figures."""
     if level.kind is ResourceKind.CLUSTER_FIGURES:
         return None
-    for name in (op, "all_gather") if op == "send_recv" else (op,):
-        if level.kind.value in calibration.collectives.get(name, {}):
-            return name, level.kind.value
-    return op, level.kind.value
+    found = level_entry(calibration, level, op)
+    return (found[0] if found else op), level.kind.value
 
 
 def plan_extrapolations(

@@ -31,6 +31,7 @@ from autotune.hardware.layout import AxisLayout, Layout, Level, place_layout
 from autotune.hardware.placement import ResourceKind
 from autotune.plan.context import SearchContext, check_calibration
 from autotune.plan.context import search_context as fc_search_context
+from autotune.specs.calibration import CalibrationSpec, LinkSpec
 from autotune.specs.job import JobInput
 from autotune.specs.training import TrainingSpec
 from cost_models import CommModel, ComputeModel, LinkParams, MeshShape, ring_collective_s
@@ -112,17 +113,17 @@ class HardwareView:
         for calibration in (ctx.calibration, ctx.fallback_calibration):
             if calibration is None:
                 continue
-            for name in (op, "all_gather") if op == "send_recv" else (op,):
-                entry = calibration.collectives.get(name, {}).get(kind)
-                if entry is not None:
-                    if calibration is not ctx.calibration:
-                        figures = calibration.figures.value if calibration.figures else "its"
-                        self._warn(
-                            f"calibration {self.calibration_name} has no {name}.{kind} entry: "
-                            f"{level.resource} uses the cluster's own calibration "
-                            f"{calibration.name} ({figures} figures)"
-                        )
-                    return link_params(entry, level.link_multiplier)
+            found = level_entry(calibration, level, op)
+            if found is not None:
+                name, entry = found
+                if calibration is not ctx.calibration:
+                    figures = calibration.figures.value if calibration.figures else "its"
+                    self._warn(
+                        f"calibration {self.calibration_name} has no {name}.{kind} entry: "
+                        f"{level.resource} uses the cluster's own calibration "
+                        f"{calibration.name} ({figures} figures)"
+                    )
+                return link_params(entry, level.link_multiplier)
         rate = level.nominal_bytes_per_s
         if not rate:
             raise InputError(
@@ -204,6 +205,18 @@ def base_training(inp: JobInput) -> TrainingSpec:
         recompute="none",
         zero_stage=0,
     )
+
+
+def level_entry(calibration: CalibrationSpec, level: Level, op: str) -> tuple[str, LinkSpec] | None:
+    """The (operation, entry) of `calibration` that prices `op` on one
+    level of an axis: the level's resource kind under `op`, a send-recv
+    falling back to the all-gather (one ring step); None when it has
+    neither."""
+    for name in (op, "all_gather") if op == "send_recv" else (op,):
+        entry = calibration.collectives.get(name, {}).get(level.kind.value)
+        if entry is not None:
+            return name, entry
+    return None
 
 
 def _need(inp: JobInput, field_name: str, why: str) -> InputError:
