@@ -29,6 +29,7 @@ LLAMA = {
 PINNED = {
     "data_parallel": 1,
     "pipeline_parallel": 1,
+    "context_parallel": 1,
     "interleave": 1,
     "recompute": "none",
     "zero_stage": 0,

@@ -5,6 +5,7 @@ the ILP balancing heavier end stages, the report and bad input."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -152,7 +153,7 @@ def test_constraints_and_pins_are_honoured(tmp_path):
     assert np.all(c.dp == 2)
     assert np.all(c.pp <= 2)
     assert np.all(c.tp <= 4)
-    assert np.all(c.tp * c.pp * c.dp == hw.num_chips)
+    assert np.all(c.tp * c.cp * c.pp * c.dp == hw.num_chips)
     inp, hw = _input(tmp_path, "gpt-like, memory binds, everything auto", tensor_mesh=[2, 2])
     fixed = enumerate_candidates(inp, hw, Refusals())
     assert set(zip(fixed.rows.tolist(), fixed.cols.tolist(), strict=True)) == {(2, 2)}
@@ -163,12 +164,17 @@ def test_constraints_and_pins_are_honoured(tmp_path):
         constraints={"tensor_parallel_within_node": False},
     )
     assert enumerate_candidates(inp, hw, Refusals()).tp.max() == 8
-    # A size the file pins is kept beyond the constraints: dp 1 and pp 1
-    # fix a tensor group of 8, which spans the 4-GPU nodes.
+    # A size the file pins is kept beyond the constraints: dp 1, pp 1 and
+    # cp 1 fix a tensor group of 8, which spans the 4-GPU nodes.
+    pins = {"data_parallel": 1, "pipeline_parallel": 1}
     inp, hw = _input(
-        tmp_path, "gpt-like, memory binds, everything auto", data_parallel=1, pipeline_parallel=1
+        tmp_path, "gpt-like, memory binds, everything auto", **pins, context_parallel=1
     )
     assert set(enumerate_candidates(inp, hw, Refusals()).tp.tolist()) == {8}
+    # dp 1 and pp 1 alone fix tensor x context chips at 8
+    inp, hw = _input(tmp_path, "gpt-like, memory binds, everything auto", **pins)
+    c = enumerate_candidates(inp, hw, Refusals())
+    assert set((c.tp * c.cp).tolist()) == {8} and set(c.cp.tolist()) == {1, 2, 4, 8}
 
 
 def test_enumeration_covers_every_valid_degree_product(tmp_path):
@@ -254,7 +260,8 @@ def test_cli_plans_the_llama_example_with_every_degree_auto(repo_root, tmp_path)
     doc = json.loads(out.read_text())
     assert doc["schema"] == "meshtune.plan/3"
     cfg = doc["configuration"]
-    assert cfg["tensor_parallel"] * cfg["pipeline_parallel"] * cfg["data_parallel"] == 256
+    degrees = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel")
+    assert math.prod(cfg[k] for k in degrees) == 256
     assert cfg["tensor_mesh"][0] == 1 and cfg["tensor_parallel"] <= 8
     assert cfg["pipeline_parallel"] <= 16
     assert (

@@ -4,12 +4,19 @@
 Ranks are laid out innermost first in a fixed order:
 
 - nodes (NVSwitch, NVL72, xGMI): the tensor mesh's col axis, its row axis,
-  data parallelism, pipeline stages (Megatron-LM's and torchtitan's rank
-  order: tensor innermost, pipeline outermost);
+  context parallelism, data parallelism, pipeline stages (Megatron-LM's
+  `tp-cp-ep-dp-pp` rank order, megatron/core/parallel_state.py; torchtitan's
+  is the same with tensor innermost, pipeline outermost);
 - a torus: the tensor mesh's col and row axes on the innermost torus
-  dimensions, then pipeline stages, then data parallelism (MaxText's order:
-  its `data` mesh axis is the outermost, so several slices joined by the
-  data-center network split the data axis first: `dcn_data_parallelism`).
+  dimensions, then context parallelism, then pipeline stages, then data
+  parallelism (MaxText's order: its `data` mesh axis is the outermost, so
+  several slices joined by the data-center network split the data axis
+  first: `dcn_data_parallelism`; its `context` axis sits next to `tensor`).
+
+The gradients of weights replicated over both the context and the data
+groups are reduced over their product (Megatron-LM's data-parallel group
+"with context parallel"): the GRADIENT axis, the data axis when there is no
+context parallelism.
 
 An axis takes the next chips of the scale-up domain (a node), or the next
 torus dimensions of a slice (`take_dims`); what does not fit crosses the
@@ -43,8 +50,10 @@ class ParallelAxis(str, Enum):
 
     TENSOR_COL = "tensor_col"
     TENSOR_ROW = "tensor_row"
+    CONTEXT = "context"
     DATA = "data"
     PIPELINE = "pipeline"
+    GRADIENT = "gradient"  # data x context: where gradients are reduced
 
 
 @dataclass(frozen=True)
@@ -208,29 +217,48 @@ def _dcn_level(cluster: Cluster, size: int, what: str) -> Level:
     )
 
 
-def _nodes(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout:
+_WHAT = {
+    ParallelAxis.CONTEXT: "context-parallel group",
+    ParallelAxis.DATA: "data-parallel group",
+    ParallelAxis.PIPELINE: "pipeline",
+    ParallelAxis.GRADIENT: "data x context group",
+}
+
+
+def _nodes(cluster: Cluster, mesh: MeshShape, dp: int, pp: int, cp: int) -> Layout:
     g = cluster.chips_per_node
     assert g is not None
     tp = mesh.num_chips
     tensor = place_mesh(cluster, mesh)
     axes = [_tensor_axis(tensor.col, 1), _tensor_axis(tensor.row, mesh.num_cols)]
     spec = cluster.spec
+
+    def node_axis(
+        which: ParallelAxis, size: int, stride: int, figures: float | None, what: str
+    ) -> AxisLayout:
+        if size == 1:
+            return AxisLayout(which, 1, stride, ())
+        if figures is not None:
+            return AxisLayout(which, size, stride, (_figures_level(size, figures, what),))
+        inside = g % (stride * size) == 0
+        return AxisLayout(which, size, stride, (_node_level(cluster, size, inside, what, stride),))
+
     stride = tp
     for which, size, figures in (
+        (ParallelAxis.CONTEXT, cp, None),
         (ParallelAxis.DATA, dp, spec.data_parallel_gb_per_s),
         (ParallelAxis.PIPELINE, pp, spec.pipeline_gb_per_s),
     ):
-        what = "data-parallel group" if which is ParallelAxis.DATA else "pipeline"
-        if size == 1:
-            axes.append(AxisLayout(which, 1, stride, ()))
-        elif figures is not None:
-            axes.append(AxisLayout(which, size, stride, (_figures_level(size, figures, what),)))
-        else:
-            inside = g % (stride * size) == 0
-            axes.append(
-                AxisLayout(which, size, stride, (_node_level(cluster, size, inside, what, stride),))
-            )
+        axes.append(node_axis(which, size, stride, figures, _WHAT[which]))
         stride *= size
+    # context and data ranks are adjacent: one group of dp x cp chips
+    if cp == 1:
+        data = axes[-2]
+        axes.append(AxisLayout(ParallelAxis.GRADIENT, data.size, data.stride, data.levels))
+    else:
+        figures = spec.data_parallel_gb_per_s
+        what = _WHAT[ParallelAxis.GRADIENT]
+        axes.append(node_axis(ParallelAxis.GRADIENT, dp * cp, tp, figures, what))
     return Layout(
         mesh,
         tensor,
@@ -238,19 +266,31 @@ def _nodes(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout:
         (
             ParallelAxis.TENSOR_COL,
             ParallelAxis.TENSOR_ROW,
+            ParallelAxis.CONTEXT,
             ParallelAxis.DATA,
             ParallelAxis.PIPELINE,
         ),
     )
 
 
-def _torus(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
+def _gradient_axis(axes: list[AxisLayout], tp: int) -> AxisLayout:
+    """The data x context group as the levels of both (context innermost):
+    one ring per level, as every multi-level axis."""
+    context = next(a for a in axes if a.axis is ParallelAxis.CONTEXT)
+    data = next(a for a in axes if a.axis is ParallelAxis.DATA)
+    return AxisLayout(
+        ParallelAxis.GRADIENT, context.size * data.size, tp, context.levels + data.levels
+    )
+
+
+def _torus(cluster: Cluster, mesh: MeshShape, dp: int, pp: int, cp: int) -> Layout | str:
     spec = cluster.spec
     tensor = place_mesh(cluster, mesh)
     axes = [_tensor_axis(tensor.col, 1), _tensor_axis(tensor.row, mesh.num_cols)]
     order = (
         ParallelAxis.TENSOR_COL,
         ParallelAxis.TENSOR_ROW,
+        ParallelAxis.CONTEXT,
         ParallelAxis.PIPELINE,
         ParallelAxis.DATA,
     )
@@ -258,11 +298,17 @@ def _torus(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
     if spec.torus is None:
         # per-axis calibrated rings (the original TPU v4 files): the data and
         # pipeline groups use the cluster file's own link figures
+        if cp > 1:
+            return (
+                f"cluster {spec.name} gives per-axis link figures only, none for a "
+                f"context-parallel group of {cp}"
+            )
+        axes.append(AxisLayout(ParallelAxis.CONTEXT, 1, stride, ()))
         for which, size, figures, key in (
             (ParallelAxis.PIPELINE, pp, spec.pipeline_gb_per_s, "pipeline_gb_per_s"),
             (ParallelAxis.DATA, dp, spec.data_parallel_gb_per_s, "data_parallel_gb_per_s"),
         ):
-            what = "data-parallel group" if which is ParallelAxis.DATA else "pipeline"
+            what = _WHAT[which]
             if size == 1:
                 axes.append(AxisLayout(which, 1, stride, ()))
             elif figures is None:
@@ -270,6 +316,7 @@ def _torus(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
             else:
                 axes.append(AxisLayout(which, size, stride, (_figures_level(size, figures, what),)))
             stride *= size
+        axes.append(_gradient_axis(axes, mesh.num_chips))
         return Layout(mesh, tensor, tuple(axes), order)
 
     dims = list(spec.torus.dims)
@@ -285,8 +332,9 @@ def _torus(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
     for axis in (Axis.COL, Axis.ROW):
         take_dims(remaining, mesh.size(axis), dims)
     dcn_left = spec.dcn.num_slices if spec.dcn is not None else 1
-    for which, size in ((ParallelAxis.PIPELINE, pp), (ParallelAxis.DATA, dp)):
-        what = "data-parallel group" if which is ParallelAxis.DATA else "pipeline"
+    outer = ((ParallelAxis.CONTEXT, cp), (ParallelAxis.PIPELINE, pp), (ParallelAxis.DATA, dp))
+    for which, size in outer:
+        what = _WHAT[which]
         if size == 1:
             axes.append(AxisLayout(which, 1, stride, ()))
             continue
@@ -307,12 +355,14 @@ def _torus(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
             levels.append(_dcn_level(cluster, need, what))
         axes.append(AxisLayout(which, size, stride, tuple(levels)))
         stride *= size
+    axes.append(_gradient_axis(axes, mesh.num_chips))
     return Layout(mesh, tensor, tuple(axes), order)
 
 
-def place_layout(cluster: Cluster, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
-    """Where every axis of (`mesh`, data parallel `dp`, pipeline `pp`) runs
-    on `cluster` (module docstring), or why it cannot be laid out."""
+def place_layout(cluster: Cluster, mesh: MeshShape, dp: int, pp: int, cp: int = 1) -> Layout | str:
+    """Where every axis of (`mesh`, data parallel `dp`, pipeline `pp`,
+    context parallel `cp`) runs on `cluster` (module docstring), or why it
+    cannot be laid out."""
     if cluster.topology is Topology.TORUS:
-        return _torus(cluster, mesh, dp, pp)
-    return _nodes(cluster, mesh, dp, pp)
+        return _torus(cluster, mesh, dp, pp, cp)
+    return _nodes(cluster, mesh, dp, pp, cp)

@@ -18,6 +18,16 @@ Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
 - Activations kept per recomputation mode: the Korthikanti et al. 2022
   inventory (cost_models.activations); under MeshSlice every activation is
   split over the mesh (sequence-parallel in effect).
+- Context parallelism over `cp` chips: every chip holds `s / cp` tokens of
+  each sequence (load-balanced causal chunks), so the FC layers, the
+  memory-bound ops and the activations see `b s / cp` tokens, the attention
+  core does `1 / cp` of the sequence's causal work, and the key/value
+  exchange (cost_models.context_parallel) adds what the attention does not
+  hide: ring attention (p2p) one block send per step overlapped with that
+  step's attention, backward the keys/values and their gradients; the
+  all-gather variant gathers the keys/values before the attention (and
+  reduce-scatters their gradients after its backward), exposed; Ulysses
+  (a2a) four all-to-alls around the attention per pass, exposed.
 """
 
 from __future__ import annotations
@@ -29,15 +39,21 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from autotune.errors import InputError
+from autotune.hardware.layout import AxisLayout
 from autotune.job.fc import FcBlock
 from autotune.job.hardware import HardwareView
 from autotune.plan.dataflow import GemmPass, Stationary, table1
 from autotune.plan.layers import block_fc_layers
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
-from autotune.specs.training import AttentionKernel, FcAlgorithm
+from autotune.specs.training import AttentionKernel, ContextComm, FcAlgorithm
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape, ring_collective_s
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
+from cost_models.context_parallel import (
+    kv_block_bytes,
+    ring_attention_exposed_s,
+    ulysses_all_to_all_bytes,
+)
 from cost_models.elementwise import block_elementwise_ops, elementwise_s, loss_bytes_per_token
 from cost_models.meshslice import meshslice_lower_bound_s
 from cost_models.transformer_flops import (
@@ -116,16 +132,32 @@ class BlockFigures:
     recompute_s: tuple[float, float, float]
     activation_bytes: tuple[float, float, float]
     params_per_chip: float
+    #: context parallelism: the key/value exchange the attention does not hide
+    context_forward_s: float = 0.0
+    context_backward_s: float = 0.0
+    #: context parallelism: key/value blocks in flight or gathered (bytes)
+    context_buffer_bytes: float = 0.0
 
     @property
     def forward_s(self) -> float:
-        """FC + attention core + memory-bound ops, forward."""
-        return self.fc.forward_s + self.attention_forward_s + self.elementwise_forward_s
+        """FC + attention core + memory-bound ops + exposed context exchange,
+        forward."""
+        return (
+            self.fc.forward_s
+            + self.attention_forward_s
+            + self.elementwise_forward_s
+            + self.context_forward_s
+        )
 
     @property
     def backward_s(self) -> float:
         """The same backward, without recomputation."""
-        return self.fc.backward_s + self.attention_backward_s + self.elementwise_backward_s
+        return (
+            self.fc.backward_s
+            + self.attention_backward_s
+            + self.elementwise_backward_s
+            + self.context_backward_s
+        )
 
 
 @dataclass(frozen=True)
@@ -149,6 +181,7 @@ def fc_lower_bounds(
     rows: int,
     cols: int,
     sizes: Sequence[int],
+    cp: int = 1,
 ) -> list[FcBlock]:
     """For each micro-batch size in `sizes`, a block's FC seconds no
     dataflow choice or slice count on the `rows x cols` mesh beats, without
@@ -159,7 +192,8 @@ def fc_lower_bounds(
     carry, whichever is longer); transposes and exposed collectives only
     add. Under Megatron 1D, or when the calibration cannot price the mesh,
     the FLOPs alone: `2 T I O / t` per GEMM at the highest rate. No
-    buffers."""
+    buffers. `T` is `b s / cp` tokens (context parallelism)."""
+    local_s = training.sequence_length // cp
     ctx = None
     if training.fc_algorithm is FcAlgorithm.MESHSLICE:
         try:
@@ -170,7 +204,7 @@ def fc_lower_bounds(
         rate = hw.gemm.fastest_flops_per_s
         out = []
         for mbs in sizes:
-            layers = block_fc_layers(model, mbs * training.sequence_length)
+            layers = block_fc_layers(model, mbs * local_s)
             flops = sum(2.0 * x.tokens * x.in_features * x.out_features for x in layers)
             forward = flops / (rows * cols) / rate
             out.append(FcBlock(forward, 2.0 * forward, 0.0, 0.0))
@@ -178,7 +212,7 @@ def fc_lower_bounds(
     mesh = MeshShape(rows, cols)
     # one layer list with every size's token count side by side (Table 1
     # only rearranges the sizes, so its shapes carry the arrays through)
-    tokens = np.asarray(sizes, dtype=float) * training.sequence_length
+    tokens = np.asarray(sizes, dtype=float) * local_s
     forward = np.zeros(len(sizes))
     backward = np.zeros(len(sizes))
     for layer in block_fc_layers(model, tokens):  # type: ignore[arg-type]
@@ -220,13 +254,16 @@ def sequence_parallel(training: TrainingInput) -> bool:
 
 
 def activation_bytes_per_mode(
-    model: ModelSpec, training: TrainingInput, tp: int, mbs: int
+    model: ModelSpec, training: TrainingInput, tp: int, mbs: int, cp: int = 1
 ) -> tuple[float, float, float]:
     """Bytes one block keeps per micro-batch on one chip, per recomputation
     mode (none, selective, full): the Korthikanti et al. 2022 inventory
-    (cost_models.activations) for `mbs` sequences on `tp` chips."""
-    tokens = mbs * training.sequence_length
-    shape = block_shape(model, training.sequence_length)
+    (cost_models.activations) for `mbs` sequences on `tp` chips, each chip
+    holding `s / cp` tokens of every sequence (context parallelism runs the
+    attention fused: no score matrices kept)."""
+    local_s = training.sequence_length // cp
+    tokens = mbs * local_s
+    shape = block_shape(model, local_s)
     flash = training.attention is AttentionKernel.FLASH
     sp = sequence_parallel(training)
     e = training.dtype.num_bytes
@@ -252,7 +289,7 @@ def block_params_per_chip(model: ModelSpec, tp: int) -> float:
 
 
 def end_memory(
-    model: ModelSpec, training: TrainingInput, rows: int, cols: int, mbs: int
+    model: ModelSpec, training: TrainingInput, rows: int, cols: int, mbs: int, cp: int = 1
 ) -> tuple[float, float, float]:
     """(head parameters, tail parameters, tail transient bytes) per chip:
     the vocabulary shard of the embedding (with learned positions) and of
@@ -263,10 +300,65 @@ def end_memory(
         return 0.0, 0.0, 0.0
     megatron = training.fc_algorithm is FcAlgorithm.MEGATRON_1D
     ring = rows * cols if megatron else cols
-    n = mbs * training.sequence_length / (1 if megatron else rows)
+    n = mbs * (training.sequence_length // cp) / (1 if megatron else rows)
     learned = model.position_encoding is PositionEncoding.LEARNED
     head = v * h / ring + (training.sequence_length * h if learned else 0)
     return head, v * h / ring + h, n * (v / ring) * (e + 4.0)
+
+
+def context_exchange(
+    model: ModelSpec,
+    training: TrainingInput,
+    hw: HardwareView,
+    context: AxisLayout,
+    tp: int,
+    mbs: int,
+    attention_forward_s: float,
+    attention_backward_s: float,
+) -> tuple[float, float, float]:
+    """(forward exposed, backward exposed seconds, buffer bytes) of the
+    context-parallel key/value exchange of one block and micro-batch on one
+    chip (module docstring), over the `context` axis's levels. A chip holds
+    `s / cp` tokens of each of its sequences and `kv / t` key/value heads
+    per sequence (`max(kv / t, 1)` under Megatron 1D, which replicates
+    key/value heads over a larger tensor group); MeshSlice spreads the same
+    share over sequences and heads.
+
+    - p2p: one send-recv of the chip's block per ring step
+      (ring_attention_exposed_s), backward the block and its gradient;
+      buffers: the block being sent and the one arriving.
+    - all_gather: forward an all-gather of the `cp` blocks, backward the
+      gather again and a reduce-scatter of their gradients; buffer: the
+      gathered keys/values.
+    - a2a: forward and backward, an all-to-all of queries, keys and values
+      and one of the output (ulysses_all_to_all_bytes); buffer: the
+      exchanged queries, keys and values."""
+    cp = context.size
+    if cp <= 1:
+        return 0.0, 0.0, 0.0
+    e = training.dtype.num_bytes
+    d, nh, kv = model.head_dim, model.num_heads, model.kv_heads
+    local_tokens = training.sequence_length // cp
+    megatron = training.fc_algorithm is FcAlgorithm.MEGATRON_1D
+    kv_heads = mbs * (max(kv / tp, 1.0) if megatron else kv / tp)
+    q_heads = mbs * nh / tp
+    block = float(kv_block_bytes(local_tokens, kv_heads, d, e))
+    comm = training.context_parallel_comm
+    if comm is ContextComm.P2P:
+        forward = ring_attention_exposed_s(attention_forward_s, hw.send_s(context, block), cp)
+        backward = ring_attention_exposed_s(
+            attention_backward_s, hw.send_s(context, 2.0 * block), cp
+        )
+        return float(forward), float(backward), 2.0 * block
+    if comm is ContextComm.ALL_GATHER:
+        gather = float(hw.hierarchical_ring_s(context, "all_gather", cp * block))
+        scatter = float(hw.hierarchical_ring_s(context, "reduce_scatter", cp * block))
+        return gather, gather + scatter, cp * block
+    into, out = ulysses_all_to_all_bytes(local_tokens, q_heads, kv_heads, d, e)
+    once = float(hw.hierarchical_all_to_all_s(context, into)) + float(
+        hw.hierarchical_all_to_all_s(context, out)
+    )
+    return once, once, float(into)
 
 
 def block_figures(
@@ -276,16 +368,20 @@ def block_figures(
     fc: FcBlock,
     tp: int,
     mbs: int,
+    context: AxisLayout | None = None,
 ) -> BlockFigures:
     """Per-block times and bytes (module docstring) for `mbs` sequences per
-    micro-batch on `tp` tensor-parallel chips."""
+    micro-batch on `tp` tensor-parallel chips, each sequence split over the
+    `context` axis's chips (none: no context parallelism)."""
+    cp = 1 if context is None else context.size
     s, nh, d = training.sequence_length, model.num_heads, model.head_dim
+    local_s = s // cp
     e = training.dtype.num_bytes
     flash = training.attention is AttentionKernel.FLASH
     sp = sequence_parallel(training)
-    tokens = mbs * s
+    tokens = mbs * local_s
     if flash:
-        flops = attention_core_forward_flops(mbs, s, nh, d, causal=True) / tp
+        flops = attention_core_forward_flops(mbs, s, nh, d, causal=True) / (tp * cp)
         attn_f = flops / hw.attention_flops_per_s
         attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
     else:
@@ -298,7 +394,7 @@ def block_figures(
         model.ffn_size,
         model.ffn_kind is FfnKind.SWIGLU,
         nh,
-        s,
+        local_s,
         e,
         training.dropout,
         model.position_encoding is PositionEncoding.ROTARY,
@@ -306,12 +402,15 @@ def block_figures(
     )
     ew_f = float(elementwise_s(ops, tokens, tp, sp, hw.hbm_bytes_per_s, forward=True))
     ew_b = float(elementwise_s(ops, tokens, tp, sp, hw.hbm_bytes_per_s, forward=False))
+    cx_f = cx_b = cx_buf = 0.0
+    if context is not None:
+        cx_f, cx_b, cx_buf = context_exchange(model, training, hw, context, tp, mbs, attn_f, attn_b)
     if flash:
         selective = 0.0
     else:
         core = tuple(op for op in ops if op.name in ("softmax", "attention dropout"))
         selective = attn_f + float(elementwise_s(core, tokens, tp, sp, hw.hbm_bytes_per_s, True))
-    full = fc.forward_s + attn_f + ew_f
+    full = fc.forward_s + attn_f + ew_f + cx_f
     return BlockFigures(
         fc=fc,
         attention_forward_s=attn_f,
@@ -319,8 +418,11 @@ def block_figures(
         elementwise_forward_s=ew_f,
         elementwise_backward_s=ew_b,
         recompute_s=(0.0, selective, full),
-        activation_bytes=activation_bytes_per_mode(model, training, tp, mbs),
+        activation_bytes=activation_bytes_per_mode(model, training, tp, mbs, cp),
         params_per_chip=block_params_per_chip(model, tp),
+        context_forward_s=cx_f,
+        context_backward_s=cx_b,
+        context_buffer_bytes=cx_buf,
     )
 
 
@@ -332,6 +434,7 @@ def end_figures(
     rows: int,
     cols: int,
     mbs: int,
+    cp: int = 1,
 ) -> EndFigures:
     """The vocabulary-sharded ends (Megatron-LM's vocab-parallel embedding
     and cross-entropy) for one micro-batch on one chip of a `rows x cols`
@@ -347,13 +450,14 @@ def end_figures(
       logits GEMMs (logits_gemm_s), the gradient reduce-scatter, and the
       fp32 cross-entropy over the logits (loss_bytes_per_token).
     Without a vocabulary size both are zero; without `comm` the vocabulary
-    ring's collectives are left out (a lower bound)."""
+    ring's collectives are left out (a lower bound). Under context
+    parallelism a chip handles `s / cp` tokens of each sequence."""
     v, h, e = model.vocab_size, model.hidden_size, training.dtype.num_bytes
     if v is None:
         return EndFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     tp = rows * cols
     megatron = training.fc_algorithm is FcAlgorithm.MEGATRON_1D
-    tokens = mbs * training.sequence_length
+    tokens = mbs * (training.sequence_length // cp)
     n = tokens / (1 if megatron else rows)  # tokens one chip handles at the ends
     ring = tp if megatron else cols
     bw = hw.hbm_bytes_per_s
@@ -372,7 +476,7 @@ def end_figures(
     loss_f, loss_b = loss_bytes_per_token(v, e)
     tail_f = norm_tokens * 2 * e * h / bw + link_comm / 2 + logits_f + n * loss_f / ring / bw
     tail_b = norm_tokens * 3 * e * h / bw + link_comm / 2 + logits_b + n * loss_b / ring / bw
-    head_params, tail_params, tail_transient = end_memory(model, training, rows, cols, mbs)
+    head_params, tail_params, tail_transient = end_memory(model, training, rows, cols, mbs, cp)
     return EndFigures(
         head_forward_s=head_f,
         head_backward_s=head_b,

@@ -42,7 +42,7 @@ from cost_models.elementwise import adam_step_bytes_per_param
 
 
 def _per_key(c: Candidates, fn) -> np.ndarray:
-    keys = list(zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True))
+    keys = c.figure_keys()
     cache = {k: fn(*k) for k in dict.fromkeys(keys)}
     return np.asarray([cache[k] for k in keys], dtype=float)
 
@@ -50,8 +50,9 @@ def _per_key(c: Candidates, fn) -> np.ndarray:
 def state_bytes_per_param(c: Candidates, element_bytes: int, grad_bytes: int) -> np.ndarray:
     """Bytes per parameter on one chip: weights, gradients and the 12 bytes
     of fp32 Adam state, each divided over the replicas from its ZeRO stage
-    on (cost_models.data_parallel)."""
-    dp, z = c.dp.astype(float), c.zero
+    on (cost_models.data_parallel); a weight's replicas are its data x
+    context group."""
+    dp, z = c.replicas.astype(float), c.zero
     return (
         element_bytes / np.where(z >= 3, dp, 1.0)
         + grad_bytes / np.where(z >= 2, dp, 1.0)
@@ -70,9 +71,11 @@ def memory_lower_bound(
     e = t.dtype.num_bytes
     g = 4 if t.fp32_gradients else e
     per_param = state_bytes_per_param(c, e, g)
-    params = _per_key(c, lambda r, k, b: block_params_per_chip(model, r * k))
-    ends = _per_key(c, lambda r, k, b: end_memory(model, t, r, k, b)).reshape(-1, 3)
-    acts = _per_key(c, lambda r, k, b: activation_bytes_per_mode(model, t, r * k, b)).reshape(-1, 3)
+    params = _per_key(c, lambda r, k, b, cp: block_params_per_chip(model, r * k))
+    ends = _per_key(c, lambda r, k, b, cp: end_memory(model, t, r, k, b, cp)).reshape(-1, 3)
+    acts = _per_key(
+        c, lambda r, k, b, cp: activation_bytes_per_mode(model, t, r * k, b, cp)
+    ).reshape(-1, 3)
     lightest = acts.min(axis=1) if recompute_searched else acts[np.arange(len(c)), c.recompute]
     total = (model.num_layers * params + ends[:, 0] + ends[:, 1]) * per_param
     total += ends[:, 2] + model.num_layers * lightest
@@ -105,7 +108,7 @@ def step_lower_bound(
     average = m * work / pp
     pipe = np.where(c.pp == 1, m * work, np.where(v == 1, np.maximum(chain, average), average))
     params = model.num_layers * arrays["params"] + arrays["head_p"] + arrays["tail_p"]
-    owned = params / pp / np.where(c.zero >= 1, c.dp, 1)
+    owned = params / pp / np.where(c.zero >= 1, c.replicas, 1)
     optimizer = owned * adam_step_bytes_per_param(e, g) / hbm_bytes_per_s
     bound = pipe + optimizer
     if dp_floor_s is not None:

@@ -1,9 +1,10 @@
 """Every configuration the model, the cluster and the user's pins allow, as
 columns of arrays, and why the others are refused.
 
-A candidate is (tensor mesh rows x cols, pipeline stages pp, data-parallel
-replicas dp, micro-batch size b, model chunks per stage v, recomputation,
-ZeRO stage) with `rows * cols * pp * dp` equal to the chip count. Rules that
+A candidate is (tensor mesh rows x cols, context-parallel chips cp,
+pipeline stages pp, data-parallel replicas dp, micro-batch size b, model
+chunks per stage v, recomputation, ZeRO stage) with
+`rows * cols * cp * pp * dp` equal to the chip count. Rules that
 make a configuration impossible (not merely slow), each one reported with
 the degree it refuses:
 
@@ -15,13 +16,19 @@ the degree it refuses:
   and replicated). Whether a MeshSlice mesh can shard the block (every GEMM
   even over the mesh; heads and sequences local to the attention core) is
   the FC planner's call, per mesh and micro-batch (job/fc.py);
+- context parallelism (cp > 1): divides the chips left by the tensor group,
+  a fused attention kernel and `2 cp` dividing the sequence
+  (specs/training.context_parallel_rule), `constraints.max_context_parallel`;
+  a2a (Ulysses) also needs the query and key/value heads of each tensor
+  chip divisible by cp (Megatron-LM and Transformer Engine assert both);
 - pipeline: at most one chunk per layer, `constraints.max_pipeline_stages`;
 - data parallelism: divides the global batch;
 - micro-batch: divides each replica's sequences, at most
   `constraints.max_micro_batch_size` unless pinned;
 - interleaving (v > 1): pipeline stages, `pp v` chunks of at least one layer,
   and the micro-batch count a multiple of `pp` (Megatron-LM's rule);
-- ZeRO above 0 only with data parallelism;
+- ZeRO above 0 only with data (or context) parallelism: it shards over the
+  data x context group;
 - the layout: every axis must lay out on the hardware (hardware/layout.py:
   the tensor mesh inside one slice of a torus, the rest on whole torus
   dimensions or across slices).
@@ -41,8 +48,14 @@ import numpy as np
 
 from autotune.job.hardware import HardwareView
 from autotune.job.model import COLUMNS, Candidates
+from autotune.specs.cluster import Topology
 from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput
-from autotune.specs.training import FcAlgorithm
+from autotune.specs.training import (
+    AttentionKernel,
+    ContextComm,
+    FcAlgorithm,
+    context_parallel_rule,
+)
 from cost_models import MeshShape
 from cost_models.divisors import divisors
 
@@ -78,13 +91,18 @@ def tensor_meshes(inp: JobInput, hw: HardwareView, refusals: Refusals) -> list[M
     pinned_tp = t.pinned("tensor_parallel")
     pinned_mesh = t.pinned("tensor_mesh")
     pinned_dp, pinned_pp = t.pinned("data_parallel"), t.pinned("pipeline_parallel")
+    # data and pipeline parallelism pinned fix the tensor group up to the
+    # context degrees that can run
+    fixed: set[int] | None = None
     if pinned_tp is None and pinned_mesh is None and pinned_dp and pinned_pp:
-        pinned_tp = hw.num_chips // (pinned_dp * pinned_pp) or None
+        rest = hw.num_chips // (pinned_dp * pinned_pp)
+        cps = context_degrees(inp, hw, inp.constraints, Refusals())
+        fixed = {rest // cp for cp in cps if rest % cp == 0}
     # constraints narrow what the search picks; a size the file pins is kept
-    constrained = pinned_tp is None and pinned_mesh is None
+    constrained = pinned_tp is None and pinned_mesh is None and fixed is None
     out = []
     for tp in divisors(hw.num_chips):
-        if not _pinned_ok(pinned_tp, tp):
+        if not _pinned_ok(pinned_tp, tp) or (fixed is not None and tp not in fixed):
             continue
         if pinned_mesh is not None and pinned_mesh[0] * pinned_mesh[1] != tp:
             continue
@@ -129,81 +147,168 @@ def tensor_meshes(inp: JobInput, hw: HardwareView, refusals: Refusals) -> list[M
     return out
 
 
+def context_degrees(
+    inp: JobInput, hw: HardwareView, lim: Constraints, refusals: Refusals
+) -> list[int]:
+    """The context-parallel degrees the sequence, the attention kernel, the
+    cluster and the pins allow whatever the tensor mesh (module
+    docstring). A reason that holds for every degree above 1 (an unfused
+    attention core; a cluster given only per-axis link figures, none for a
+    context group) is recorded once, as `above 1`."""
+    t = inp.training
+    pinned = t.pinned("context_parallel")
+    spec = hw.cluster.spec
+    allowed = [cp for cp in divisors(hw.num_chips) if _pinned_ok(pinned, cp)]
+    every = None
+    if t.attention is AttentionKernel.UNFUSED:
+        every = "context parallelism runs the attention core as a fused kernel (attention: flash)"
+    elif hw.cluster.topology is Topology.TORUS and spec.torus is None:
+        every = (
+            f"cluster {spec.name} gives per-axis link figures only, none for a context-parallel "
+            "group"
+        )
+    if every is not None and any(cp > 1 for cp in allowed):
+        refusals.add("context_parallel", "above 1" if pinned is None else pinned, every)
+        return [cp for cp in allowed if cp == 1]
+    out = []
+    for cp in allowed:
+        rule = None if cp == 1 else context_parallel_rule(t, cp)
+        why = None if rule is None else rule[0]
+        limited = pinned is None and lim.max_context_parallel is not None
+        if why is None and limited and cp > lim.max_context_parallel:
+            why = "above constraints.max_context_parallel"
+        if why is not None:
+            refusals.add("context_parallel", cp, why)
+            continue
+        out.append(cp)
+    return out
+
+
+def context_refusal(inp: JobInput, tp: int, cp: int) -> str | None:
+    """Why `cp` context-parallel chips next to a tensor group of `tp` cannot
+    run the model's heads (module docstring), or None."""
+    t, model = inp.training, inp.model
+    if cp == 1:
+        return None
+    if t.context_parallel_comm is ContextComm.A2A:
+        megatron = t.fc_algorithm is FcAlgorithm.MEGATRON_1D
+        kv = max(model.kv_heads // tp, 1) if megatron else model.kv_heads / tp
+        if model.num_heads % (tp * cp) or kv % cp:
+            return (
+                f"Ulysses (a2a) context parallelism {cp} splits each tensor chip's heads "
+                f"({model.num_heads} query, {model.kv_heads} key/value over {tp}) {cp} ways"
+            )
+    return None
+
+
 def enumerate_candidates(
     inp: JobInput, hw: HardwareView, refusals: Refusals, lim: Constraints | None = None
 ) -> Candidates:
     """Every allowed configuration (module docstring), canonical order."""
-    t, model = inp.training, inp.model
+    t = inp.training
     lim = lim or inp.constraints
-    batch, layers = t.global_batch_sequences, model.num_layers
     chips = hw.num_chips
     pinned_rc = t.pinned("recompute")
     modes = [RECOMPUTE_MODES.index(pinned_rc)] if pinned_rc else list(range(3))
-    pinned_zero = t.pinned("zero_stage")
-    pinned_pp, pinned_dp = t.pinned("pipeline_parallel"), t.pinned("data_parallel")
-    pinned_mbs, pinned_v = t.pinned("micro_batch_size"), t.pinned("interleave")
-    for degree in ("data_parallel", "pipeline_parallel", "tensor_parallel"):
+    for degree in ("data_parallel", "pipeline_parallel", "tensor_parallel", "context_parallel"):
         value = t.pinned(degree)
         if value is not None and chips % value:
             refusals.add(degree, value, f"does not divide the cluster's {chips} chips")
     rows_out: list[tuple[int, ...]] = []
-    for mesh in tensor_meshes(inp, hw, refusals):
+    meshes = tensor_meshes(inp, hw, refusals)
+    cps = context_degrees(inp, hw, lim, refusals)
+    for mesh in meshes:
         tp = mesh.num_chips
-        for pp in divisors(chips // tp):
-            if not _pinned_ok(pinned_pp, pp):
+        for cp in cps:
+            if (chips // tp) % cp:
                 continue
-            if pp > layers:
-                refusals.add("pipeline_parallel", pp, f"more stages than the {layers} layers")
+            why = context_refusal(inp, tp, cp)
+            if why is None and cp > 1:
+                # the context group sits next to the tensor mesh: whether
+                # it lays out does not depend on the outer axes
+                probe = hw.layout(mesh, 1, 1, cp)
+                why = probe if isinstance(probe, str) else None
+            if why is not None:
+                refusals.add("context_parallel", cp, why)
                 continue
-            limited = pinned_pp is None and lim.max_pipeline_stages is not None
-            if limited and pp > lim.max_pipeline_stages:
-                refusals.add("pipeline_parallel", pp, "above constraints.max_pipeline_stages")
-                continue
-            dp = chips // (tp * pp)
-            if not _pinned_ok(pinned_dp, dp):
-                continue
-            if batch % dp:
-                refusals.add(
-                    "data_parallel", dp, f"does not divide the global batch of {batch} sequences"
-                )
-                continue
-            layout = hw.layout(mesh, dp, pp)
-            if isinstance(layout, str):
-                refusals.add("layout", f"{mesh} x dp {dp} x pp {pp}", layout)
-                continue
-            per_replica = batch // dp
-            sizes = _micro_batch_sizes(per_replica, pinned_mbs, t.micro_batches, lim, refusals)
-            for mbs in sizes:
-                m = per_replica // mbs
-                vs = list(range(1, lim.max_interleave + 1)) if pp > 1 else [1]
-                if pinned_v is not None:
-                    vs = [pinned_v] if pp > 1 or pinned_v == 1 else []
-                    if not vs:
-                        refusals.add("interleave", pinned_v, "needs pipeline stages")
-                for v in vs:
-                    if pp * v > layers:
-                        refusals.add(
-                            "interleave", v, f"{pp} x {v} chunks exceed the {layers} layers"
-                        )
-                        continue
-                    if v > 1 and m % pp:
-                        refusals.add(
-                            "interleave",
-                            v,
-                            f"interleaving needs the micro-batches ({m}) to be a multiple of "
-                            f"the {pp} stages",
-                        )
-                        continue
-                    zeros = _zero_stages(dp, pinned_zero, lim, refusals)
-                    for rc in modes:
-                        for z in zeros:
-                            rows_out.append((mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z))
+            rows_out += _outer_rows(inp, hw, refusals, lim, mesh, cp, modes)
     if not rows_out:
         empty = np.zeros(0, dtype=np.int64)
         return Candidates(*(empty for _ in COLUMNS))
     arrays = np.asarray(rows_out, dtype=np.int64)
     c = Candidates(*(arrays[:, i] for i in range(len(COLUMNS))))
     return c.take(canonical_order(c))
+
+
+def _outer_rows(
+    inp: JobInput,
+    hw: HardwareView,
+    refusals: Refusals,
+    lim: Constraints,
+    mesh: MeshShape,
+    cp: int,
+    modes: list[int],
+) -> list[tuple[int, ...]]:
+    """The candidates of one tensor mesh and context degree: every pipeline
+    depth, data-parallel width, micro-batch, interleaving, recomputation and
+    ZeRO stage the rules allow (module docstring)."""
+    t, model = inp.training, inp.model
+    batch, layers = t.global_batch_sequences, model.num_layers
+    chips = hw.num_chips
+    pinned_zero = t.pinned("zero_stage")
+    pinned_pp, pinned_dp = t.pinned("pipeline_parallel"), t.pinned("data_parallel")
+    pinned_mbs, pinned_v = t.pinned("micro_batch_size"), t.pinned("interleave")
+    tp = mesh.num_chips
+    rows_out: list[tuple[int, ...]] = []
+    for pp in divisors(chips // (tp * cp)):
+        if not _pinned_ok(pinned_pp, pp):
+            continue
+        if pp > layers:
+            refusals.add("pipeline_parallel", pp, f"more stages than the {layers} layers")
+            continue
+        limited = pinned_pp is None and lim.max_pipeline_stages is not None
+        if limited and pp > lim.max_pipeline_stages:
+            refusals.add("pipeline_parallel", pp, "above constraints.max_pipeline_stages")
+            continue
+        dp = chips // (tp * cp * pp)
+        if not _pinned_ok(pinned_dp, dp):
+            continue
+        if batch % dp:
+            refusals.add(
+                "data_parallel", dp, f"does not divide the global batch of {batch} sequences"
+            )
+            continue
+        layout = hw.layout(mesh, dp, pp, cp)
+        if isinstance(layout, str):
+            context = f" x cp {cp}" if cp > 1 else ""
+            refusals.add("layout", f"{mesh}{context} x dp {dp} x pp {pp}", layout)
+            continue
+        per_replica = batch // dp
+        sizes = _micro_batch_sizes(per_replica, pinned_mbs, t.micro_batches, lim, refusals)
+        for mbs in sizes:
+            m = per_replica // mbs
+            vs = list(range(1, lim.max_interleave + 1)) if pp > 1 else [1]
+            if pinned_v is not None:
+                vs = [pinned_v] if pp > 1 or pinned_v == 1 else []
+                if not vs:
+                    refusals.add("interleave", pinned_v, "needs pipeline stages")
+            for v in vs:
+                if pp * v > layers:
+                    refusals.add("interleave", v, f"{pp} x {v} chunks exceed the {layers} layers")
+                    continue
+                if v > 1 and m % pp:
+                    refusals.add(
+                        "interleave",
+                        v,
+                        f"interleaving needs the micro-batches ({m}) to be a multiple of "
+                        f"the {pp} stages",
+                    )
+                    continue
+                zeros = _zero_stages(dp * cp, pinned_zero, lim, refusals)
+                for rc in modes:
+                    for z in zeros:
+                        rows_out.append((mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z, cp))
+    return rows_out
 
 
 def _micro_batch_sizes(
@@ -246,17 +351,18 @@ def _zero_stages(dp: int, pinned: int | None, lim: Constraints, refusals: Refusa
 
 
 def canonical_order(c: Candidates) -> np.ndarray:
-    """The tie-break order: fewer tensor chips, then fewer pipeline stages,
+    """The tie-break order: fewer tensor chips, then fewer context chips,
+    fewer pipeline stages,
     fewer rows, smaller ZeRO stage, less recomputation, less interleaving,
     larger micro-batch. Among equal step times the earliest row wins, so
     the plan prefers the simplest configuration and never depends on
     enumeration or solver timing."""
-    keys = (-c.mbs, c.v, c.recompute, c.zero, c.rows, c.pp, c.tp)
+    keys = (-c.mbs, c.v, c.recompute, c.zero, c.rows, c.pp, c.cp, c.tp)
     return np.lexsort(keys)
 
 
 TIE_BREAK_RULE = (
-    "equal step times (within a relative 1e-9) go to fewer tensor chips, then fewer pipeline "
-    "stages, fewer mesh rows, lower ZeRO stage, less recomputation, less interleaving, larger "
-    "micro-batch"
+    "equal step times (within a relative 1e-9) go to fewer tensor chips, then fewer context "
+    "chips, fewer pipeline stages, fewer mesh rows, lower ZeRO stage, less recomputation, less "
+    "interleaving, larger micro-batch"
 )

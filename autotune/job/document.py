@@ -3,7 +3,7 @@ only: every number comes from the plan)."""
 
 from __future__ import annotations
 
-from autotune.hardware.layout import Layout
+from autotune.hardware.layout import Layout, ParallelAxis
 from autotune.job.candidates import TIE_BREAK_RULE
 from autotune.job.model import PARTS
 from autotune.job.plan import Alternative, Plan
@@ -38,6 +38,7 @@ def _summary(config: dict[str, int | str], recompute: str, batch: int) -> Config
     dp, mbs = int(config["dp"]), int(config["mbs"])
     return ConfigSummaryDoc(
         tensor_mesh=[int(config["rows"]), int(config["cols"])],
+        context_parallel=int(config.get("cp", 1)),
         pipeline_parallel=int(config["pp"]),
         interleave=int(config["v"]),
         data_parallel=dp,
@@ -86,6 +87,7 @@ def layout_doc(layout: Layout) -> LayoutDoc:
                 description=a.description,
             )
             for a in layout.axes
+            if a.axis is not ParallelAxis.GRADIENT or layout.axis(ParallelAxis.CONTEXT).size > 1
         ],
     )
 
@@ -110,6 +112,8 @@ def to_document(plan: Plan) -> PlanDocument:
             fc_algorithm=t.fc_algorithm.value,
             sequence_parallel=plan.training.fc_algorithm.value == "meshslice"
             or t.sequence_parallel,
+            context_parallel=int(c.get("cp", 1)),
+            context_parallel_comm=t.context_parallel_comm.value,
             pipeline_parallel=pp,
             interleave=v,
             data_parallel=int(c["dp"]),

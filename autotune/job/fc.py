@@ -182,46 +182,50 @@ def megatron_block(
 
 
 class FcTable:
-    """FC block times per (rows, cols, micro-batch sequences) for one job,
-    computed a mesh at a time and kept."""
+    """FC block times per (rows, cols, micro-batch sequences, context-parallel
+    chips) for one job, computed a mesh at a time and kept (a
+    context-parallel chip's FC layers see `1 / cp` of each sequence)."""
 
     def __init__(self, inp: JobInput, hw: HardwareView, policy: DataflowPolicy) -> None:
         self.inp, self.hw, self.policy = inp, hw, policy
-        self._entries: dict[tuple[int, int, int], FcEntry] = {}
-        self._evaluators: dict[tuple[int, int, int], MeshEvaluator] = {}
+        self._entries: dict[tuple[int, int, int, int], FcEntry] = {}
+        self._evaluators: dict[tuple[int, int, int, int], MeshEvaluator] = {}
         self._megatron = inp.training.fc_algorithm is FcAlgorithm.MEGATRON_1D
         #: the calibration gaps that kept a mesh from being priced, in order
         self.errors: list[InputError] = []
 
-    def evaluator(self, rows: int, cols: int, mbs: int) -> MeshEvaluator:
+    def evaluator(self, rows: int, cols: int, mbs: int, cp: int = 1) -> MeshEvaluator:
         """The MeshSlice evaluator of one key (after :meth:`entries` priced it)."""
-        return self._evaluators[(rows, cols, mbs)]
+        return self._evaluators[(rows, cols, mbs, cp)]
 
-    def entries(self, keys: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int, int], FcEntry]:
-        """The entry of every key (priced on first request)."""
-        todo: dict[tuple[int, int], list[int]] = {}
-        for rows, cols, mbs in keys:
-            if (rows, cols, mbs) not in self._entries:
-                todo.setdefault((rows, cols), []).append(mbs)
-        for (rows, cols), sizes in todo.items():
-            self._price_mesh(MeshShape(rows, cols), sorted(set(sizes)))
+    def entries(
+        self, keys: Sequence[tuple[int, int, int, int]]
+    ) -> dict[tuple[int, int, int, int], FcEntry]:
+        """The entry of every (rows, cols, micro-batch, cp) key (priced on
+        first request)."""
+        todo: dict[tuple[int, int, int], list[int]] = {}
+        for rows, cols, mbs, cp in keys:
+            if (rows, cols, mbs, cp) not in self._entries:
+                todo.setdefault((rows, cols, cp), []).append(mbs)
+        for (rows, cols, cp), sizes in todo.items():
+            self._price_mesh(MeshShape(rows, cols), sorted(set(sizes)), cp)
         return {k: self._entries[k] for k in keys}
 
-    def _price_mesh(self, mesh: MeshShape, sizes: list[int]) -> None:
-        s = self.inp.training.sequence_length
+    def _price_mesh(self, mesh: MeshShape, sizes: list[int], cp: int) -> None:
+        s = self.inp.training.sequence_length // cp
         try:
             ctx = self.hw.tensor_context(mesh)
         except InputError as exc:
             if exc.one_line() not in [e.one_line() for e in self.errors]:
                 self.errors.append(exc)
             for mbs in sizes:
-                self._entries[(mesh.num_rows, mesh.num_cols, mbs)] = exc.one_line()
+                self._entries[(mesh.num_rows, mesh.num_cols, mbs, cp)] = exc.one_line()
             return
         lists = [block_fc_layers(self.inp.model, mbs * s) for mbs in sizes]
         e = self.inp.training.dtype.num_bytes
         if self._megatron:
             for mbs, layers in zip(sizes, lists, strict=True):
-                self._entries[(1, mesh.num_cols, mbs)] = megatron_block(
+                self._entries[(1, mesh.num_cols, mbs, cp)] = megatron_block(
                     layers,
                     mesh.num_chips,
                     ctx.comm,
@@ -235,9 +239,10 @@ class FcTable:
         evaluators = []
         for mbs, layers in zip(sizes, lists, strict=True):
             update = {"global_batch_sequences": mbs, "micro_batch_size": mbs}
+            update["context_parallel"] = cp
             training = base.model_copy(update=update)
             ev = MeshEvaluator(self.inp.plan_input(training), layers, mesh, ctx)
-            key = (mesh.num_rows, mesh.num_cols, mbs)
+            key = (mesh.num_rows, mesh.num_cols, mbs, cp)
             # phase 1 cannot place the attention core in either layout: no
             # dataflow choice runs, so none is priced
             why = ev.attention_check(False)

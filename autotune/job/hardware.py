@@ -70,11 +70,11 @@ class HardwareView:
         """HBM left for tensors: capacity less the reserve and the workspace."""
         return self.hbm_bytes - self.reserve_bytes - self.workspace_bytes
 
-    def layout(self, mesh: MeshShape, dp: int, pp: int) -> Layout | str:
+    def layout(self, mesh: MeshShape, dp: int, pp: int, cp: int = 1) -> Layout | str:
         """Where every axis runs (hardware/layout.py), or why it cannot."""
-        key = (mesh, dp, pp)
+        key = (mesh, dp, pp, cp)
         if key not in self._layouts:
-            self._layouts[key] = place_layout(self.cluster, mesh, dp, pp)
+            self._layouts[key] = place_layout(self.cluster, mesh, dp, pp, cp)
         return self._layouts[key]
 
     def tensor_context(self, mesh: MeshShape) -> SearchContext:
@@ -181,6 +181,32 @@ class HardwareView:
                 continue
             bw = self.level_link(level, op).fastest_bytes_per_s
             seconds = seconds + (level.size - 1) * (total / divided) / bw
+        return seconds
+
+    def hierarchical_all_to_all_s(self, axis: AxisLayout, total_bytes: ArrayLike) -> np.ndarray:
+        """Seconds of one all-to-all over `axis`'s groups in which every chip
+        holds `total_bytes` and sends `total / P` to each of the `P` chips
+        (itself included). A pairwise exchange on one level of `P_l` chips is
+        `P_l - 1` steps of a `total / P` piece each, the ring formula
+        `ring_collective_s(link, P_l, total / P)` (every chip's egress
+        carries `(P_l - 1) / P_l` of its bytes, as in an all-gather). Across
+        levels, the destinations outside the `Q = P_1 ... P_(l-1)` chips of
+        the inner levels are reached over level `l`: `P_l - 1` pieces of
+        `Q total / P` each, so level by level::
+
+            t = sum_l ring_collective_s(link_l, P_l, Q_(l-1) total / P)
+
+        the levels one after the other (an upper bound when NCCL runs them
+        at once). Each level's link is its all-gather link (the same wires
+        and per-chip egress). Vectorised."""
+        total = np.asarray(total_bytes, dtype=float)
+        seconds = np.zeros_like(total)
+        inner = 1
+        for level in axis.levels:
+            seconds = seconds + ring_collective_s(
+                self.level_link(level, "all_gather"), level.size, inner * total / axis.size
+            )
+            inner *= level.size
         return seconds
 
     def send_s(self, axis: AxisLayout, message_bytes: ArrayLike) -> np.ndarray:

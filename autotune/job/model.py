@@ -66,6 +66,7 @@ PARTS: dict[str, str] = {
     "fc_compute_s": "FC compute",
     "tp_comm_s": "FC exposed communication",
     "attention_s": "attention core",
+    "cp_comm_s": "context-parallel exposed",
     "elementwise_s": "memory-bound ops",
     "recompute_s": "recomputation",
     "ends_s": "embedding, output layer, loss",
@@ -75,7 +76,7 @@ PARTS: dict[str, str] = {
     "optimizer_s": "optimizer step",
 }
 
-COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero")
+COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero", "cp")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Candidates:
     v: np.ndarray
     recompute: np.ndarray
     zero: np.ndarray
+    cp: np.ndarray  # context-parallel chips per sequence
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -98,6 +100,12 @@ class Candidates:
     def tp(self) -> np.ndarray:
         """Tensor-parallel chips `rows * cols`."""
         return self.rows * self.cols
+
+    @property
+    def replicas(self) -> np.ndarray:
+        """Chips holding the same weights: the data x context group `dp cp`
+        (gradients are reduced and ZeRO shards over it)."""
+        return self.dp * self.cp
 
     def take(self, index: np.ndarray) -> Candidates:
         """The rows at `index` (a boolean mask or integer positions)."""
@@ -111,20 +119,50 @@ class Candidates:
 
     @staticmethod
     def of(rows: list[dict[str, int]]) -> Candidates:
-        """Candidates from plain rows (`recompute` as its index)."""
+        """Candidates from plain rows (`recompute` as its index; `cp` 1
+        when left out)."""
         return Candidates(
-            *(np.asarray([r[c] for r in rows], dtype=np.int64).reshape(-1) for c in COLUMNS)
+            *(
+                np.asarray([r.get(c, 1) if c == "cp" else r[c] for r in rows], dtype=np.int64)
+                for c in COLUMNS
+            )
+        )
+
+    def figure_keys(self) -> list[tuple[int, int, int, int]]:
+        """Per candidate the key of its block and end figures:
+        (rows, cols, micro-batch, context-parallel chips)."""
+        return list(
+            zip(
+                self.rows.tolist(),
+                self.cols.tolist(),
+                self.mbs.tolist(),
+                self.cp.tolist(),
+                strict=True,
+            )
+        )
+
+    def layout_keys(self) -> list[tuple[int, int, int, int, int]]:
+        """Per candidate the key of its layout: (rows, cols, dp, pp, cp)."""
+        return list(
+            zip(
+                self.rows.tolist(),
+                self.cols.tolist(),
+                self.dp.tolist(),
+                self.pp.tolist(),
+                self.cp.tolist(),
+                strict=True,
+            )
         )
 
 
 @dataclass(frozen=True)
 class KeyFigures:
-    """Everything the model reads per (rows, cols, micro-batch) key, and the
-    layout per (rows, cols, dp, pp): looked up by the arrays below."""
+    """Everything the model reads per (rows, cols, micro-batch, cp) key, and
+    the layout per (rows, cols, dp, pp, cp): looked up by the arrays below."""
 
-    blocks: dict[tuple[int, int, int], BlockFigures]
-    ends: dict[tuple[int, int, int], EndFigures]
-    layouts: dict[tuple[int, int, int, int], Layout]
+    blocks: dict[tuple[int, int, int, int], BlockFigures]
+    ends: dict[tuple[int, int, int, int], EndFigures]
+    layouts: dict[tuple[int, int, int, int, int], Layout]
 
 
 @dataclass(frozen=True)
@@ -177,7 +215,7 @@ def even_split(num_layers: int, pp: int, v: int) -> np.ndarray:
 
 def gather_figures(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
     """Per-candidate arrays of the per-key figures."""
-    keys = list(zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True))
+    keys = c.figure_keys()
     uniq = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     idx = np.array([uniq[k] for k in keys], dtype=np.int64)
     blocks = [figs.blocks[k] for k in uniq]
@@ -191,6 +229,9 @@ def gather_figures(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
         "fc_b": col([b.fc.backward_s for b in blocks]),
         "fc_x": col([b.fc.exposed_comm_s for b in blocks]),
         "fc_buf": col([b.fc.buffer_bytes for b in blocks]),
+        "cp_f": col([b.context_forward_s for b in blocks]),
+        "cp_b": col([b.context_backward_s for b in blocks]),
+        "cp_buf": col([b.context_buffer_bytes for b in blocks]),
         "attn_f": col([b.attention_forward_s for b in blocks]),
         "attn_b": col([b.attention_backward_s for b in blocks]),
         "ew_f": col([b.elementwise_forward_s for b in blocks]),
@@ -210,7 +251,10 @@ def gather_figures(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
 
 def block_seconds(a: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per-block forward and backward seconds (no recomputation)."""
-    return a["fc_f"] + a["attn_f"] + a["ew_f"], a["fc_b"] + a["attn_b"] + a["ew_b"]
+    return (
+        a["fc_f"] + a["attn_f"] + a["ew_f"] + a["cp_f"],
+        a["fc_b"] + a["attn_b"] + a["ew_b"] + a["cp_b"],
+    )
 
 
 def pipeline_send_s(
@@ -231,12 +275,12 @@ def pipeline_send_s(
         and not training.sequence_parallel
         and not training.pipeline_scatter_gather
     )
-    for key, members in _by(c, ("rows", "cols", "dp", "pp")).items():
-        rows, cols, _dp, pp = key
+    for key, members in _by(c, ("rows", "cols", "dp", "pp", "cp")).items():
+        rows, cols, _dp, pp, cp = key
         if pp == 1:
             continue
         axis = figs.layouts[key].axis(ParallelAxis.PIPELINE)
-        tokens = c.mbs[members] * training.sequence_length
+        tokens = c.mbs[members] * (training.sequence_length // cp)
         share = 1 if whole else rows * cols
         out[members] = hw.send_s(axis, tokens * hidden * e / share)
     return out
@@ -391,12 +435,12 @@ def _price_group(
     params = stage_layers * g["params"][:, None]
     params[:, 0] += g["head_p"]
     params[:, -1] += g["tail_p"]
-    d = c.dp[members].astype(float)
+    d = c.replicas[members].astype(float)
     weights = e * params / np.where(zero >= 3, d, 1.0)[:, None]
     grads = grad_e * params / np.where(zero >= 2, d, 1.0)[:, None]
     optim = OPTIMIZER_BYTES_PER_PARAM * params / np.where(zero >= 1, d, 1.0)[:, None]
     alive = _peak_activations(act, pp, v, int(m_arr[0])) if exact else np.zeros((k_count, pp))
-    buffers = np.repeat(g["fc_buf"][:, None], pp, axis=1)
+    buffers = np.repeat((g["fc_buf"] + g["cp_buf"])[:, None], pp, axis=1)
     buffers += np.where(zero == 3, 2 * g["params"] * e, 0.0)[:, None]
     buffers[:, -1] += g["tail_x"]
     full_used = stage_mode[:, :, 2] > 0
@@ -431,6 +475,7 @@ def _price_group(
         "fc_compute_s": m * n_st * (g["fc_f"] + g["fc_b"] - g["fc_x"]),
         "tp_comm_s": m * n_st * g["fc_x"],
         "attention_s": m * n_st * (g["attn_f"] + g["attn_b"]),
+        "cp_comm_s": m * n_st * (g["cp_f"] + g["cp_b"]),
         "elementwise_s": m * n_st * (g["ew_f"] + g["ew_b"]),
         "recompute_s": m * (mode_st * g["rec"]).sum(axis=1),
         "ends_s": m * ends,
@@ -531,10 +576,10 @@ def _data_parallel(
     exposed = np.zeros_like(params)
     floor = np.zeros_like(params)
     sub = Candidates(*(getattr(c, col)[members] for col in COLUMNS))
-    for key, local in _by(sub, ("rows", "cols", "dp", "pp")).items():
-        if key[2] == 1:
+    for key, local in _by(sub, ("rows", "cols", "dp", "pp", "cp")).items():
+        if key[2] * key[4] == 1:
             continue
-        axis = figs.layouts[key].axis(ParallelAxis.DATA)
+        axis = figs.layouts[key].axis(ParallelAxis.GRADIENT)
         p = params[local]
         z = zero[local][:, None]
         m = m_all[local][:, None]
@@ -583,7 +628,7 @@ def _zero_collectives(
 
 def data_parallel_floor_s(
     c: Candidates,
-    layouts: dict[tuple[int, int, int, int], Layout],
+    layouts: dict[tuple[int, int, int, int, int], Layout],
     hw: HardwareView,
     training: TrainingInput,
     params: np.ndarray,
@@ -601,10 +646,10 @@ def data_parallel_floor_s(
     grad_e = 4 if training.fp32_gradients else e
     m_all = (training.global_batch_sequences // (c.dp * c.mbs)).astype(float)
     out = np.zeros(len(c))
-    for key, local in _by(c, ("rows", "cols", "dp", "pp")).items():
-        if key[2] == 1:
+    for key, local in _by(c, ("rows", "cols", "dp", "pp", "cp")).items():
+        if key[2] * key[4] == 1:
             continue
-        axis = layouts[key].axis(ParallelAxis.DATA)
+        axis = layouts[key].axis(ParallelAxis.GRADIENT)
         p = params[local]
         grad_rs = hw.hierarchical_transfer_floor_s(axis, "reduce_scatter", grad_e * p)
         grad_ag = hw.hierarchical_transfer_floor_s(axis, "all_gather", grad_e * p)

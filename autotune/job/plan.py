@@ -177,6 +177,7 @@ def resolved_training(inp: JobInput, config: dict[str, int | str], recompute: st
     return inp.training.resolved(
         data_parallel=int(config["dp"]),
         pipeline_parallel=int(config["pp"]),
+        context_parallel=int(config.get("cp", 1)),
         micro_batch_size=int(config["mbs"]),
         interleave=int(config["v"]),
         recompute=mode,
@@ -284,9 +285,10 @@ def _no_configuration(inp: JobInput, outcome: SearchOutcome) -> Exception:
         return pinned
     if outcome.table.errors and outcome.num_priced == 0:
         return outcome.table.errors[0]
-    reasons = (
-        "; ".join(f"{d} {v}: {r}" for d, v, r in outcome.refusals.lines()[:4]) or "no configuration"
-    )
+    # context parallelism is refused for most short sequences: its reasons
+    # go after the others
+    lines = sorted(outcome.refusals.lines(), key=lambda line: line[0] == "context_parallel")
+    reasons = "; ".join(f"{d} {v}: {r}" for d, v, r in lines[:4]) or "no configuration"
     if outcome.num_candidates == 0:
         return InputError(
             f"no configuration of {inp.cluster.num_chips} chips is possible ({reasons})",
@@ -330,10 +332,8 @@ def make_plan(
         detail=True,
     )
     fc = _fc_result(inp, hw, training, mesh)
-    key = (mesh.num_rows, mesh.num_cols, int(config["mbs"]))
-    layout = outcome.figures.layouts[
-        (mesh.num_rows, mesh.num_cols, int(config["dp"]), int(config["pp"]))
-    ]
+    key = one.figure_keys()[0]
+    layout = outcome.figures.layouts[one.layout_keys()[0]]
     detail = priced.detail[0]
     assert detail is not None
     model_flops, hw_flops = _flops(inp, priced.recompute_flops_share[0])
@@ -403,7 +403,7 @@ def _closest(inp: JobInput, hw: HardwareView, outcome: SearchOutcome) -> Evaluat
     whose mesh can run the block."""
     figs = outcome.figures
     c = outcome.candidates
-    keys = zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True)
+    keys = c.figure_keys()
     c = c.take(np.flatnonzero([k in figs.blocks for k in keys]))  # the FC planner runs them
     if len(c) == 0:
         everything = outcome.enumerated
@@ -411,7 +411,7 @@ def _closest(inp: JobInput, hw: HardwareView, outcome: SearchOutcome) -> Evaluat
             return None
         for i in np.argsort(outcome.memory_bound, kind="stable")[:64].tolist():
             one = everything.take(np.array([i]))
-            key = (int(one.rows[0]), int(one.cols[0]), int(one.mbs[0]))
+            key = one.figure_keys()[0]
             if isinstance(outcome.table.entries([key])[key], FcBlock):
                 key_figures(inp, hw, outcome.table, one, figs)
                 c = one
@@ -443,6 +443,6 @@ def out_of_memory_message(plan: Plan) -> str:
         f"{st.activation_bytes[s] / GIB:.1f}, buffers {st.buffer_bytes[s] / GIB:.1f}, "
         f"workspace {plan.hw.workspace_bytes / GIB:.1f}, reserve {plan.hw.reserve_bytes / GIB:.1f})"
         f" of {plan.hw.hbm_bytes / GIB:.1f} GiB, short by {-headroom[s] / GIB:.1f} GiB; fix: more "
-        "recomputation, a higher ZeRO stage, more pipeline stages or a smaller micro-batch "
-        "(or leave them to the search)"
+        "recomputation, a higher ZeRO stage, more pipeline stages, more context parallelism or a "
+        "smaller micro-batch (or leave them to the search)"
     )

@@ -19,16 +19,20 @@ from autotune.render_text import user_text
 _AXIS = {
     ParallelAxis.TENSOR_COL: "tensor col",
     ParallelAxis.TENSOR_ROW: "tensor row",
+    ParallelAxis.CONTEXT: "context",
     ParallelAxis.DATA: "data",
     ParallelAxis.PIPELINE: "pipeline",
+    ParallelAxis.GRADIENT: "data x context (gradients)",
 }
 
 
 def config_line(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
     """A configuration in one line."""
-    v = int(config["v"])
+    v, cp = int(config["v"]), int(config.get("cp", 1))
     return (
-        f"TP {config['rows']}x{config['cols']} x PP {config['pp']}"
+        f"TP {config['rows']}x{config['cols']}"
+        + (f" x CP {cp}" if cp > 1 else "")
+        + f" x PP {config['pp']}"
         + (f" (interleave {v})" if v > 1 else "")
         + f" x DP {config['dp']}, {micro_batches} micro-batch(es) of {config['mbs']}, "
         f"recompute {recompute}, ZeRO-{config['zero']}"
@@ -37,9 +41,11 @@ def config_line(config: dict[str, int | str], recompute: str, micro_batches: int
 
 def short_config(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
     """A configuration in a table cell."""
-    v = int(config["v"])
+    v, cp = int(config["v"]), int(config.get("cp", 1))
     return (
-        f"TP {config['rows']}x{config['cols']} PP {config['pp']}"
+        f"TP {config['rows']}x{config['cols']}"
+        + (f" CP {cp}" if cp > 1 else "")
+        + f" PP {config['pp']}"
         + (f"x{v}" if v > 1 else "")
         + f" DP {config['dp']} mb {config['mbs']}x{micro_batches} {recompute} Z{config['zero']}"
     )
@@ -115,7 +121,10 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
         )
 
     console.print("\n[bold]Layout[/bold] (ranks from innermost)", highlight=False)
+    context = plan.layout.axis(ParallelAxis.CONTEXT).size
     for a in plan.layout.axes:
+        if a.axis is ParallelAxis.GRADIENT and context == 1:
+            continue  # the data axis itself
         console.print(f"  {_AXIS[a.axis]} ({a.size}): {a.description}", highlight=False)
 
     where = Table(

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from autotune.errors import InputError
-from autotune.hardware.layout import Layout
+from autotune.hardware.layout import AxisLayout, Layout, ParallelAxis
 from autotune.job.balance_adapter import Balanced, BalanceFigures, balance_candidate
 from autotune.job.block import block_figures, end_figures, fc_lower_bounds
 from autotune.job.bounds import memory_lower_bound, state_bytes_per_param, step_lower_bound
@@ -118,18 +118,27 @@ class SearchOutcome:
 
 
 def add_layouts(
-    c: Candidates, hw: HardwareView, layouts: dict[tuple[int, int, int, int], Layout]
+    c: Candidates, hw: HardwareView, layouts: dict[tuple[int, int, int, int, int], Layout]
 ) -> None:
-    """The layout of every (rows, cols, dp, pp) of `c` not yet in `layouts`
-    (enumeration kept only configurations that lay out)."""
-    for key in dict.fromkeys(
-        zip(c.rows.tolist(), c.cols.tolist(), c.dp.tolist(), c.pp.tolist(), strict=True)
-    ):
+    """The layout of every (rows, cols, dp, pp, cp) of `c` not yet in
+    `layouts` (enumeration kept only configurations that lay out)."""
+    for key in dict.fromkeys(c.layout_keys()):
         if key not in layouts:
-            rows, cols, dp, pp = key
-            layout = hw.layout(MeshShape(rows, cols), dp, pp)
+            rows, cols, dp, pp, cp = key
+            layout = hw.layout(MeshShape(rows, cols), dp, pp, cp)
             assert isinstance(layout, Layout)
             layouts[key] = layout
+
+
+def context_axis(hw: HardwareView, rows: int, cols: int, cp: int) -> AxisLayout | None:
+    """Where a context-parallel group of `cp` next to the `rows x cols`
+    tensor mesh runs (it is laid out right after the tensor mesh, so the
+    outer axes do not move it); None without context parallelism."""
+    if cp == 1:
+        return None
+    layout = hw.layout(MeshShape(rows, cols), 1, 1, cp)
+    assert isinstance(layout, Layout)
+    return layout.axis(ParallelAxis.CONTEXT)
 
 
 def key_figures(
@@ -137,16 +146,17 @@ def key_figures(
 ) -> None:
     """Fill `figs` for the candidates' keys (their FC entries are blocks)."""
     t, model = inp.training, inp.model
-    keys = list(zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True))
+    keys = c.figure_keys()
     entries = table.entries(list(dict.fromkeys(keys)))
     for key, entry in entries.items():
         if key in figs.blocks:
             continue
-        rows, cols, mbs = key
+        rows, cols, mbs, cp = key
         assert isinstance(entry, FcBlock)
-        figs.blocks[key] = block_figures(model, t, hw, entry, rows * cols, mbs)
+        context = context_axis(hw, rows, cols, cp)
+        figs.blocks[key] = block_figures(model, t, hw, entry, rows * cols, mbs, context)
         comm = hw.tensor_comm(MeshShape(rows, cols))
-        figs.ends[key] = end_figures(model, t, hw, comm, rows, cols, mbs)
+        figs.ends[key] = end_figures(model, t, hw, comm, rows, cols, mbs, cp)
     add_layouts(c, hw, figs.layouts)
 
 
@@ -155,13 +165,14 @@ def _fc_feasible(
 ) -> np.ndarray:
     """Mask of candidates whose mesh can run the block at their micro-batch;
     the others' reasons are recorded (per mesh and micro-batch)."""
-    keys = list(zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True))
+    keys = c.figure_keys()
     entries = table.entries(list(dict.fromkeys(keys)))
     ok = {}
-    for (rows, cols, mbs), entry in entries.items():
-        ok[(rows, cols, mbs)] = isinstance(entry, FcBlock)
+    for (rows, cols, mbs, cp), entry in entries.items():
+        ok[(rows, cols, mbs, cp)] = isinstance(entry, FcBlock)
         if not isinstance(entry, FcBlock):
-            refusals.add("tensor_mesh", f"{rows}x{cols} at micro-batch {mbs}", entry)
+            where = f"{rows}x{cols} at micro-batch {mbs}" + (f", context {cp}" if cp > 1 else "")
+            refusals.add("tensor_mesh", where, entry)
     for err in table.errors:
         if err not in errors:
             errors.append(err)
@@ -205,14 +216,14 @@ def _balance_figures(
     g = 4 if t.fp32_gradients else e
     per_param = float(state_bytes_per_param(one, e, g)[0])
     zero = int(one.zero[0])
-    constant = a["fc_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
+    constant = a["fc_buf"] + a["cp_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
     return BalanceFigures(
         num_layers=inp.model.num_layers,
         pp=int(one.pp[0]),
         v=int(one.v[0]),
         m=t.global_batch_sequences // (int(one.dp[0]) * int(one.mbs[0])),
-        forward_s=a["fc_f"] + a["attn_f"] + a["ew_f"],
-        backward_s=a["fc_b"] + a["attn_b"] + a["ew_b"],
+        forward_s=a["fc_f"] + a["attn_f"] + a["ew_f"] + a["cp_f"],
+        backward_s=a["fc_b"] + a["attn_b"] + a["ew_b"] + a["cp_b"],
         recompute_s=rec,  # type: ignore[arg-type]
         activation_bytes=act,  # type: ignore[arg-type]
         layer_state_bytes=a["params"] * per_param,
@@ -324,7 +335,7 @@ def _mix_winner(
 
 
 def _config_key_of(config: dict[str, int | str], recompute_searched: bool) -> tuple[int, ...]:
-    row = [int(config[k]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero")]
+    row = [int(config[k]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp")]
     rc = RECOMPUTE_MODES.index(str(config["recompute"]))
     return (*row, -1 if recompute_searched else rc)
 
@@ -332,7 +343,7 @@ def _config_key_of(config: dict[str, int | str], recompute_searched: bool) -> tu
 def _config_key(c: Candidates, i: int, recompute_searched: bool) -> tuple[int, ...]:
     """Candidates of one key share one balancer problem: with recomputation
     searched the balancer may choose it, so it is not part of the key."""
-    row = [int(getattr(c, k)[i]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero")]
+    row = [int(getattr(c, k)[i]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp")]
     return (*row, -1 if recompute_searched else int(c.recompute[i]))
 
 
@@ -342,16 +353,16 @@ def bound_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigur
     ends without their vocabulary collectives, everything else exact."""
     t, model = inp.training, inp.model
     out = KeyFigures({}, {}, figs.layouts)
-    sizes: dict[tuple[int, int], list[int]] = {}
-    for rows, cols, mbs in dict.fromkeys(
-        zip(c.rows.tolist(), c.cols.tolist(), c.mbs.tolist(), strict=True)
-    ):
-        sizes.setdefault((rows, cols), []).append(mbs)
-    for (rows, cols), mesh_sizes in sizes.items():
-        blocks = fc_lower_bounds(model, t, hw, rows, cols, mesh_sizes)
+    sizes: dict[tuple[int, int, int], list[int]] = {}
+    for rows, cols, mbs, cp in dict.fromkeys(c.figure_keys()):
+        sizes.setdefault((rows, cols, cp), []).append(mbs)
+    for (rows, cols, cp), mesh_sizes in sizes.items():
+        blocks = fc_lower_bounds(model, t, hw, rows, cols, mesh_sizes, cp)
+        context = context_axis(hw, rows, cols, cp)
         for mbs, fc in zip(mesh_sizes, blocks, strict=True):
-            out.blocks[(rows, cols, mbs)] = block_figures(model, t, hw, fc, rows * cols, mbs)
-            out.ends[(rows, cols, mbs)] = end_figures(model, t, hw, None, rows, cols, mbs)
+            key = (rows, cols, mbs, cp)
+            out.blocks[key] = block_figures(model, t, hw, fc, rows * cols, mbs, context)
+            out.ends[key] = end_figures(model, t, hw, None, rows, cols, mbs, cp)
     add_layouts(c, hw, out.layouts)
     return out
 

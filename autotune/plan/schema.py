@@ -217,11 +217,21 @@ class FcDoc(_Doc):
 class ConfigurationDoc(_Doc):
     """The chosen configuration: every parallel degree and the step's shape."""
 
-    num_chips: Degree = Field(description="Chips of the cluster: tensor x pipeline x data.")
+    num_chips: Degree = Field(
+        description="Chips of the cluster: tensor x context x pipeline x data."
+    )
     tensor_parallel: Degree = Field(description="Chips of one tensor-parallel group.")
     tensor_mesh: list[Count] = Field(description="[rows, cols] of the tensor mesh (1D: [1, N]).")
     fc_algorithm: Literal["meshslice", "megatron-1d"]
     sequence_parallel: bool = Field(description="Activations outside the FC layers split.")
+    context_parallel: Degree = Field(
+        default=1, description="Chips each sequence is split over (context parallelism)."
+    )
+    context_parallel_comm: Literal["p2p", "all_gather", "a2a"] = Field(
+        default="p2p",
+        description="The context group's key/value exchange: p2p (ring attention), "
+        "all_gather, a2a (Ulysses).",
+    )
     pipeline_parallel: Degree
     interleave: Degree = Field(description="Model chunks per stage (1: plain 1F1B).")
     data_parallel: Degree
@@ -257,7 +267,10 @@ class LevelDoc(_Doc):
 class AxisLayoutDoc(_Doc):
     """One parallel axis on the hardware."""
 
-    axis: Literal["tensor_col", "tensor_row", "data", "pipeline"]
+    axis: Literal["tensor_col", "tensor_row", "context", "data", "pipeline", "gradient"] = Field(
+        description="The parallel axis; gradient is the data x context group gradients are "
+        "reduced over (listed only with context parallelism)."
+    )
     size: Count
     stride: Count = Field(description="Rank distance between neighbours of a group.")
     spans_nodes: bool = Field(description="Whether groups cross nodes (NICs) or slices (DCN).")
@@ -376,6 +389,7 @@ class ConfigSummaryDoc(_Doc):
     """A configuration in one line's worth of keys."""
 
     tensor_mesh: list[Count]
+    context_parallel: Degree = 1
     pipeline_parallel: Degree
     interleave: Degree
     data_parallel: Degree

@@ -28,6 +28,7 @@ from autotune.specs.training import (
     Recompute,
     StepSettings,
     TrainingSpec,
+    context_parallel_rule,
 )
 
 Auto = Literal["auto"]
@@ -46,6 +47,7 @@ DEGREE_KEYS = (
     "pipeline_parallel",
     "tensor_parallel",
     "tensor_mesh",
+    "context_parallel",
     "micro_batch_size",
     "interleave",
     "recompute",
@@ -85,6 +87,12 @@ class TrainingInput(StepSettings):
         description="[rows, cols] of the tensor mesh (1D tensor parallelism is [1, N]); 1d "
         "searches only 1 x N meshes; auto or left out searches every shape. "
         "Range: each side 1 to 2^24.",
+    )
+    context_parallel: Chips | Auto | None = Field(
+        default=None,
+        description="Chips each sequence is split over (context parallelism; attention: flash "
+        "and 2 x it dividing the sequence): a number, auto or left out (searched). "
+        "Range: 1 to 2^24.",
     )
     micro_batch_size: Count | Auto | None = Field(
         default=None,
@@ -184,6 +192,15 @@ class TrainingInput(StepSettings):
                 )
         return value
 
+    @model_validator(mode="after")
+    def _check_context(self) -> TrainingInput:
+        cp = self.context_parallel
+        if isinstance(cp, int) and cp > 1:
+            why = context_parallel_rule(self, cp)
+            if why is not None:
+                raise ValueError(f"{why[0]}; fix: {why[1]}")
+        return self
+
     def pinned(self, name: str) -> Any:
         """The pinned value of degree `name`, or None when it is searched."""
         if name == "micro_batch_size" and self.micro_batches is not None:
@@ -210,6 +227,7 @@ class TrainingInput(StepSettings):
         *,
         data_parallel: int | None = None,
         pipeline_parallel: int | None = None,
+        context_parallel: int | None = None,
         micro_batch_size: int | None = None,
         interleave: int | None = None,
         recompute: str | None = None,
@@ -230,6 +248,7 @@ class TrainingInput(StepSettings):
             dtype=self.dtype,
             data_parallel=dp,
             pipeline_parallel=pipeline_parallel or self.pinned("pipeline_parallel") or 1,
+            context_parallel=context_parallel or self.pinned("context_parallel") or 1,
             micro_batch_size=mbs,
             micro_batches=micro_batches,
             interleave=interleave or self.pinned("interleave") or 1,
@@ -238,6 +257,7 @@ class TrainingInput(StepSettings):
             attention=self.attention,
             fc_algorithm=self.fc_algorithm,
             sequence_parallel=self.sequence_parallel,
+            context_parallel_comm=self.context_parallel_comm,
             dropout=self.dropout,
             fp32_gradients=self.fp32_gradients,
             overlap_tensor_backward=self.overlap_tensor_backward,
@@ -268,6 +288,12 @@ class Constraints(Spec):
         gt=0,
         le=MAX_CHIPS,
         description="Largest tensor-parallel group (chips). Range: 1 to 2^24.",
+    )
+    max_context_parallel: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Largest context-parallel group (chips). Range: 1 to 2^24.",
     )
     max_pipeline_stages: int | None = Field(
         default=None, gt=0, le=MAX_CHIPS, description="Most pipeline stages. Range: 1 to 2^24."

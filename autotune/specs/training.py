@@ -42,6 +42,19 @@ class AttentionKernel(str, Enum):
     UNFUSED = "unfused"
 
 
+class ContextComm(str, Enum):
+    """How a context-parallel group exchanges keys and values (Megatron-LM's
+    `--cp-comm-type`): p2p passes each chip's key/value block around a ring,
+    overlapped with the attention of the block it holds (ring attention);
+    all_gather gathers every block before the attention and reduce-scatters
+    their gradients after it; a2a (DeepSpeed-Ulysses) turns the sequence
+    split into a head split with all-to-alls around the attention."""
+
+    P2P = "p2p"
+    ALL_GATHER = "all_gather"
+    A2A = "a2a"
+
+
 class FcAlgorithm(str, Enum):
     """How the FC layers are sharded over the tensor-parallel chips."""
 
@@ -74,6 +87,13 @@ class StepSettings(Spec):
         default=True,
         description="megatron-1d only: norms, dropout and residuals split over the sequence "
         "(Korthikanti et al. 2022); meshslice always splits every activation.",
+    )
+    context_parallel_comm: ContextComm = Field(
+        default=ContextComm.P2P,
+        strict=False,
+        description="Context parallelism's key/value exchange: p2p (ring attention, overlapped "
+        "with the attention core), all_gather or a2a (DeepSpeed-Ulysses; heads divided over the "
+        "group). Megatron-LM's --cp-comm-type.",
     )
     dropout: bool = Field(
         default=False, description="Dropout after attention and projections (GPT-3 style)."
@@ -128,6 +148,12 @@ class TrainingSpec(StepSettings):
     pipeline_parallel: int = Field(
         default=1, gt=0, le=MAX_CHIPS, description="Pipeline stages. Range: 1 to 2^24."
     )
+    context_parallel: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Chips one sequence is split over (context parallelism). Range: 1 to 2^24.",
+    )
     micro_batches: int | None = Field(
         default=None,
         gt=0,
@@ -160,6 +186,10 @@ class TrainingSpec(StepSettings):
 
     @model_validator(mode="after")
     def _check_split(self) -> TrainingSpec:
+        if self.context_parallel > 1:
+            why = context_parallel_rule(self, self.context_parallel)
+            if why is not None:
+                raise ValueError(f"{why[0]}; fix: {why[1]}")
         per_replica, rem = divmod(self.global_batch_sequences, self.data_parallel)
         if rem:
             raise ValueError(
@@ -213,6 +243,40 @@ class TrainingSpec(StepSettings):
         return self.global_batch_sequences // self.data_parallel // self.num_micro_batches
 
     @property
+    def local_sequence_length(self) -> int:
+        """Tokens of one sequence on one chip of its context-parallel group."""
+        return self.sequence_length // self.context_parallel
+
+    @property
     def tokens_per_micro_batch(self) -> int:
-        """`T`: the token (row) dimension of every FC GEMM."""
-        return self.micro_batch_sequences * self.sequence_length
+        """`T`: the token (row) dimension of every FC GEMM (a context-parallel
+        chip holds `1 / cp` of every sequence)."""
+        return self.micro_batch_sequences * self.local_sequence_length
+
+
+def context_parallel_rule(settings: StepSettings, cp: int) -> tuple[str, str] | None:
+    """Why a context-parallel degree `cp > 1` cannot run these settings
+    (the rules Megatron-LM and Transformer Engine enforce) and the fix, or
+    None:
+
+    - the attention core must be a fused kernel (Transformer Engine's
+      context-parallel attention is flash attention);
+    - causal load balancing cuts every sequence into `2 cp` equal chunks
+      (chip `i` holds chunks `i` and `2 cp - 1 - i`), so `2 cp` divides the
+      sequence length.
+
+    Head divisibility for a2a needs the model and the tensor group
+    (candidates.context_refusal)."""
+    if settings.attention is AttentionKernel.UNFUSED:
+        return (
+            f"context parallelism {cp} runs the attention core as a fused kernel",
+            "set attention: flash or context_parallel: 1",
+        )
+    if settings.sequence_length % (2 * cp):
+        return (
+            f"context parallelism {cp} cuts each sequence into 2 x {cp} equal chunks for causal "
+            f"load balancing, but sequence_length {settings.sequence_length} is not a multiple "
+            f"of {2 * cp}",
+            "choose context_parallel so that 2 x it divides the sequence",
+        )
+    return None
