@@ -69,23 +69,27 @@ def model_flops_per_token(
     gated: bool,
     vocab: int,
     seq_len: int,
+    causal: bool = False,
 ) -> float:
     """Training model FLOPs per token (the MFU numerator).
 
     Formula::
 
-        6 * (L * P_block + h V) + 12 * L * s * nh * d
+        6 * (L * P_block + h V) + 12 * L * s * nh * d * c
 
     `P_block` from :func:`block_matrix_params`; the last term is the
     attention core (forward `4 s nh d` per token, backward twice that),
-    counted in full as Korthikanti et al. 2022 and PaLM do. For GPT (MHA,
+    counted in full (`c = 1`) as Korthikanti et al. 2022 and PaLM do, or,
+    with `causal`, its unmasked half (`c = 1/2`: the work a causal kernel
+    that skips the masked half does; at long sequences the full count
+    exceeds what the chips execute and MFU would pass 1). For GPT (MHA,
     GELU, F = 4h, nh d = h) this is Korthikanti's
     `72 s l h^2 (1 + s/(6h) + V/(12 h l))` divided by `s` (per token).
     Units: FLOPs per token.
     """
     p_block = block_matrix_params(hidden, num_heads, num_kv_heads, head_dim, ffn, gated)
     dense = 6.0 * (num_layers * p_block + hidden * vocab)
-    attention = 12.0 * num_layers * seq_len * num_heads * head_dim
+    attention = 12.0 * num_layers * seq_len * num_heads * head_dim * (0.5 if causal else 1.0)
     return dense + attention
 
 

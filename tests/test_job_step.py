@@ -95,6 +95,11 @@ def test_mfu_counts_gqa_and_swiglu(tmp_path):
     training = {"global_batch_sequences": 8, "sequence_length": 4096, "micro_batch_size": 1}
     job = job_for(tmp_path, training, "a100-hgx", LLAMA)
     p_block = 4096 * (32 + 16) * 128 + 4096 * 4096 + 3 * 4096 * 14336
+    # flash attention: the causal half of the attention core, 12 L s nh d / 2
+    per_token = 6 * (8 * p_block + 4096 * 128256) + 12 * 8 * 4096 * 32 * 128 / 2
+    assert job.model_flops_per_step == pytest.approx(per_token * 8 * 4096)
+    # unfused: the full count (Korthikanti et al. 2022)
+    job = job_for(tmp_path, {**training, "attention": "unfused"}, "a100-hgx", LLAMA)
     per_token = 6 * (8 * p_block + 4096 * 128256) + 12 * 8 * 4096 * 32 * 128
     assert job.model_flops_per_step == pytest.approx(per_token * 8 * 4096)
 
@@ -107,6 +112,7 @@ def test_mfu_counts_gqa_and_swiglu(tmp_path):
         "examples/llama3-70b.yaml",
         "examples/megatron-gpt-175b-a100.yaml",
         "examples/llama3-70b-h100.yaml",
+        "examples/llama3-8b-128k-h100.yaml",
     ],
 )
 def test_every_example_prints_step_breakdown_and_memory(repo_root, example):

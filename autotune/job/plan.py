@@ -157,10 +157,11 @@ def _flops(inp: JobInput, shares: np.ndarray) -> tuple[float, float]:
     m, t = inp.model, inp.training
     args = (m.hidden_size, m.num_heads, m.kv_heads, m.head_dim, m.ffn_size)
     gated = m.ffn_kind is FfnKind.SWIGLU
-    per_token = model_flops_per_token(
-        m.num_layers, *args, gated, m.vocab_size or 0, t.sequence_length
-    )
     flash = t.attention.value == "flash"
+    # a flash kernel skips the masked half: count what it executes
+    per_token = model_flops_per_token(
+        m.num_layers, *args, gated, m.vocab_size or 0, t.sequence_length, causal=flash
+    )
     extra = sum(
         float(shares[i])
         * recompute_flops_per_token(mode, m.num_layers, *args, gated, t.sequence_length, flash)
