@@ -138,17 +138,22 @@ def test_messages_input_that_is_not_a_regular_file_is_bad_input():
 
 
 def test_messages_a_dtype_the_chip_cannot_run_is_refused(tmp_path):
-    """fp8 on the TPU v4 (bf16 only) planned at the bf16 rate with a warning;
-    a cluster whose chip lists its peaks without fp8 now refuses it in one
-    line (other dtypes missing from the list only lack a peak: warned)."""
+    """An FP8 recipe on the TPU v4 (bf16 only) planned at the bf16 rate with
+    a warning; a cluster whose chip lists its peaks without fp8 now refuses
+    it in one line (other dtypes missing from the list only lack a peak:
+    warned). `dtype: fp8` is refused: FP8 is a recipe, not the dtype."""
     path = tmp_path / "plan.yaml"
-    text = GPT3.replace("dtype: bf16", "dtype: fp8")
+    text = GPT3.replace("dtype: bf16", "dtype: bf16\n  fp8: delayed")
     assert text != GPT3
     path.write_text(text)
     run = run_cli("plan", str(path))
-    assert_one_line_error(run, "plan.yaml", "training.dtype", "got fp8", "tpu-v4-256", "fix:")
+    assert_one_line_error(run, "plan.yaml", "training.fp8", "got delayed", "tpu-v4-256", "fix:")
     # a cluster whose chip preset has no fp8 (the A100) names the chip
     gpu = tmp_path / "gpu.yaml"
     gpu.write_text(text.replace("cluster: tpu-v4-256", "cluster: a100-hgx-4n"))
     run = run_cli("plan", str(gpu))
-    assert_one_line_error(run, "gpu.yaml", "training.dtype", "chip a100-sxm4-80gb", "fix:")
+    assert_one_line_error(run, "gpu.yaml", "training.fp8", "chip a100-sxm4-80gb", "fix:")
+    old = tmp_path / "old.yaml"
+    old.write_text(GPT3.replace("dtype: bf16", "dtype: fp8"))
+    run = run_cli("plan", str(old))
+    assert_one_line_error(run, "old.yaml", "training.dtype", "fp8: delayed", "fix:")

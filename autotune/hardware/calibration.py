@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 from autotune.errors import InputError
 from autotune.hardware.cluster import Cluster
@@ -250,4 +251,46 @@ def compute_model_for(
         element_bytes=element_bytes,
         max_dims=base.max_dims,
         tile=base.tile,
+    )
+
+
+def fp8_compute_model(
+    calibration: CalibrationSpec, cluster: Cluster, dtype: str, where: str | None = None
+) -> tuple[ComputeModel, str | None]:
+    """The GEMM model of FP8 GEMMs (the FC layers under an FP8 recipe) and
+    a warning when it is not measured:
+
+    - the calibration's `compute_fp8` entry (or its `compute` entry when
+      that was measured in fp8), at the chip's fp8 peak as ceiling
+      (compute_model_for);
+    - else the `dtype` model with every rate scaled by
+      `peak_fp8 / peak_dtype` (the same efficiency at the fp8 peak: an
+      upper bound of FP8's speed-up, which published pairs put well below
+      2x: the plan says so and asks for fp8 gemm rows).
+
+    FP8 GEMMs read 1-byte operands (the memory bound). Without an fp8 peak
+    the chip cannot run FP8 (hardware_view refuses it first)."""
+    entry = calibration.compute_fp8
+    if entry is None and calibration.compute is not None and calibration.compute.dtype == "fp8":
+        entry = calibration.compute
+    if entry is not None:
+        measured = calibration.model_copy(update={"compute": entry})
+        return compute_model_for(measured, cluster, "fp8", 1.0, where), None
+    base = compute_model_for(calibration, cluster, dtype, 1.0, where)
+    peak_fp8, peak = cluster.peak_flops_per_s("fp8"), cluster.peak_flops_per_s(dtype)
+    if peak_fp8 is None or peak is None:
+        return base, (
+            f"calibration {calibration.name} has no fp8 GEMM entry and cluster {cluster.name} "
+            f"gives no fp8 and {dtype} peaks to scale by: FP8 GEMMs are priced at the {dtype} rate"
+        )
+    ratio = peak_fp8 / peak
+    scaled = replace(
+        base,
+        peak_flops_per_s=base.peak_flops_per_s * ratio,
+        ceiling_flops_per_s=None if base.ceiling_flops_per_s is None else peak_fp8,
+    )
+    return scaled, (
+        f"calibration {calibration.name} has no fp8 GEMM entry (compute_fp8): FP8 GEMMs are "
+        f"priced at its {dtype} efficiency on the fp8 peak ({peak_fp8 / 1e12:g} TFLOP/s), an upper "
+        "bound of FP8's speed-up; add fp8 gemm rows to `meshtune calibrate` to measure it"
     )

@@ -28,6 +28,11 @@ Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
   all-gather variant gathers the keys/values before the attention (and
   reduce-scatters their gradients after its backward), exposed; Ulysses
   (a2a) four all-to-alls around the attention per pass, exposed.
+- An FP8 recipe (cost_models.fp8): the FC GEMMs run at the FP8 rate
+  (job/fc.py with the FP8 GEMM model), every FC input is cast to FP8 in
+  the forward and every output gradient in the backward (memory-bound, the
+  chip's `1 / t` share of each), and the FC inputs kept for the backward
+  are their FP8 column-wise copies (recomputation none or selective).
 """
 
 from __future__ import annotations
@@ -43,10 +48,10 @@ from autotune.hardware.layout import AxisLayout
 from autotune.job.fc import FcBlock
 from autotune.job.hardware import HardwareView
 from autotune.plan.dataflow import GemmPass, Stationary, table1
-from autotune.plan.layers import block_fc_layers
+from autotune.plan.layers import FFN_GATE, block_fc_layers
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
-from autotune.specs.training import AttentionKernel, ContextComm, FcAlgorithm
+from autotune.specs.training import AttentionKernel, ContextComm, FcAlgorithm, Fp8Recipe
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape, ring_collective_s
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
 from cost_models.context_parallel import (
@@ -55,6 +60,7 @@ from cost_models.context_parallel import (
     ulysses_all_to_all_bytes,
 )
 from cost_models.elementwise import block_elementwise_ops, elementwise_s, loss_bytes_per_token
+from cost_models.fp8 import fp8_cast_bytes_per_element, fp8_saved_input_bytes_per_element
 from cost_models.meshslice import meshslice_lower_bound_s
 from cost_models.transformer_flops import (
     FLASH_BACKWARD_GEMMS,
@@ -271,6 +277,16 @@ def activation_bytes_per_mode(
         tokens * layer_activation_bytes_per_token(mode, shape, e, tp, sp, training.dropout, flash)
         for mode in RECOMPUTE_MODES
     ]
+    if training.fp8 is not Fp8Recipe.NONE:
+        # the FC inputs kept for the backward: the two norm outputs (QKV
+        # and FFN up/gate inputs, split only with sequence parallelism), the
+        # attention output and the FFN activation (split over the chips),
+        # each as its FP8 copy instead of e bytes
+        kept = 2 * model.hidden_size / (tp if sp else 1)
+        kept += (model.attention_width + model.ffn_size) / tp
+        saved = tokens * kept * (e - fp8_saved_input_bytes_per_element(training.fp8.value))
+        a[0] -= saved
+        a[1] -= saved
     return float(a[0]), float(a[1]), float(a[2])
 
 
@@ -361,6 +377,27 @@ def context_exchange(
     return once, once, float(into)
 
 
+def fp8_cast_s(
+    model: ModelSpec, training: TrainingInput, hw: HardwareView, tokens: float, tp: int
+) -> tuple[float, float]:
+    """(forward, backward) seconds one chip spends casting a block's FC
+    operands to FP8 for `tokens` tokens: every layer's input forward, its
+    output gradient backward, the chip's `1 / tp` share of each, at
+    cost_models.fp8.fp8_cast_bytes_per_element over HBM::
+
+        t_f = tokens * sum(in) / tp * bytes / hbm,  t_b = the same with sum(out)
+
+    The weights' FP8 copies are refreshed once per step (the optimizer
+    step, job/model.py)."""
+    per = fp8_cast_bytes_per_element(training.fp8.value, training.dtype.num_bytes)
+    layers = block_fc_layers(model, tokens)
+    # SwiGLU's gate and up projections read one input (one fused GEMM)
+    inputs = sum(layer.in_features for layer in layers if layer.name != FFN_GATE)
+    outputs = sum(layer.out_features for layer in layers)
+    rate = hw.hbm_bytes_per_s
+    return tokens * inputs / tp * per / rate, tokens * outputs / tp * per / rate
+
+
 def block_figures(
     model: ModelSpec,
     training: TrainingInput,
@@ -402,6 +439,10 @@ def block_figures(
     )
     ew_f = float(elementwise_s(ops, tokens, tp, sp, hw.hbm_bytes_per_s, forward=True))
     ew_b = float(elementwise_s(ops, tokens, tp, sp, hw.hbm_bytes_per_s, forward=False))
+    if training.fp8 is not Fp8Recipe.NONE:
+        cast_f, cast_b = fp8_cast_s(model, training, hw, tokens, tp)
+        ew_f += cast_f
+        ew_b += cast_b
     cx_f = cx_b = cx_buf = 0.0
     if context is not None:
         cx_f, cx_b, cx_buf = context_exchange(model, training, hw, context, tp, mbs, attn_f, attn_b)

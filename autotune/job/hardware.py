@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from autotune.errors import InputError
-from autotune.hardware.calibration import link_params
+from autotune.hardware.calibration import compute_model_for, link_params
 from autotune.hardware.cluster import Cluster
 from autotune.hardware.layout import AxisLayout, Layout, Level, place_layout
 from autotune.hardware.placement import ResourceKind
@@ -33,7 +33,7 @@ from autotune.plan.context import SearchContext, check_calibration
 from autotune.plan.context import search_context as fc_search_context
 from autotune.specs.calibration import CalibrationSpec, LinkSpec
 from autotune.specs.job import JobInput
-from autotune.specs.training import TrainingSpec
+from autotune.specs.training import Fp8Recipe, TrainingSpec
 from cost_models import CommModel, ComputeModel, LinkParams, MeshShape, ring_collective_s
 
 GB = 1e9
@@ -268,14 +268,19 @@ def hardware_view(inp: JobInput) -> HardwareView:
     # fp8 needs matrix units built for it (Hopper, Blackwell, MI300): a chip
     # that lists its peaks without fp8 cannot run it at all; other dtypes
     # missing from the list only lack a peak (warned by check_calibration)
-    if peaks and t.dtype.value == "fp8" and "fp8" not in peaks:
+    if (
+        t.fp8 is not Fp8Recipe.NONE
+        and "fp8" not in peaks
+        and cluster.peak_flops_per_s("fp8") is None
+    ):
         what = f"chip {chip.name} of cluster {spec.name}" if chip else f"cluster {spec.name}"
+        listed = f"it lists {', '.join(peaks)}" if peaks else "it gives no fp8 peak"
         raise InputError(
-            f"got {t.dtype.value}, which {what} has no matrix peak for (it lists "
-            f"{', '.join(peaks)})",
+            f"got {t.fp8.value}, an FP8 recipe, which {what} has no fp8 matrix units for "
+            f"({listed})",
             file=inp.source_file,
-            field="training.dtype",
-            fix=f"train in one of those, or plan on a chip with {t.dtype.value} tensor cores",
+            field="training.fp8",
+            fix="set fp8: none, or plan on a chip with fp8 tensor cores (H100, H200, B200, MI300X)",
         )
     if cluster.hbm_bytes is None:
         raise _need(inp, "hbm_gib", "the memory check")
@@ -286,6 +291,16 @@ def hardware_view(inp: JobInput) -> HardwareView:
             raise _need(inp, "hbm_gb_per_s", "memory-bound operations")
         hbm_per_s = spec.hbm_gb_per_s * GB
     gemm = ctx.compute
+    if t.fp8 is not Fp8Recipe.NONE:
+        # the FC layers run FP8 (ctx.compute); the output layer and an
+        # unfused attention core stay in dtype
+        gemm = compute_model_for(
+            inp.calibration,
+            cluster,
+            t.dtype.value,
+            t.dtype.num_bytes,
+            inp.calibration_ref or inp.calibration.name,
+        )
     if spec.attention_tflops_per_s is not None:
         attention = spec.attention_tflops_per_s * 1e12
     else:

@@ -52,9 +52,10 @@ from autotune.job.hardware import HardwareView
 from autotune.pipeline.schedule import peak_alive_vectors
 from autotune.pipeline.search import makespans_s, schedule_graph
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
-from autotune.specs.training import FcAlgorithm
+from autotune.specs.training import FcAlgorithm, Fp8Recipe
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.elementwise import adam_step_bytes_per_param
+from cost_models.fp8 import fp8_weight_copy_bytes_per_param
 
 BUCKET_BYTES = 25 * 2**20
 """Gradient bucket size: PyTorch DDP's default `bucket_cap_mb=25`
@@ -400,6 +401,8 @@ def _price_group(
     zero = c.zero[members]
     e = training.dtype.num_bytes
     grad_e = 4 if training.fp32_gradients else e
+    fp8 = training.fp8 is not Fp8Recipe.NONE
+    fp8_copy_bytes = fp8_weight_copy_bytes_per_param(training.fp8.value) if fp8 else 0.0
     f_blk, b_blk = block_seconds(g)
     layers = counts.sum(axis=2)  # (K, num)
     # per chunk and micro-batch: blocks, recomputation, ends, send-recv
@@ -437,6 +440,9 @@ def _price_group(
     params[:, -1] += g["tail_p"]
     d = c.replicas[members].astype(float)
     weights = e * params / np.where(zero >= 3, d, 1.0)[:, None]
+    # an FP8 recipe's row-wise and column-wise weight copies (blocks only)
+    copies = stage_layers * g["params"][:, None] * fp8_copy_bytes
+    weights += copies / np.where(zero >= 3, d, 1.0)[:, None]
     grads = grad_e * params / np.where(zero >= 2, d, 1.0)[:, None]
     optim = OPTIMIZER_BYTES_PER_PARAM * params / np.where(zero >= 1, d, 1.0)[:, None]
     alive = _peak_activations(act, pp, v, int(m_arr[0])) if exact else np.zeros((k_count, pp))
@@ -453,6 +459,11 @@ def _price_group(
     )
     owned = params / np.where(zero >= 1, d, 1.0)[:, None]
     opt_s = owned * adam_step_bytes_per_param(e, grad_e) / hw.hbm_bytes_per_s
+    if fp8:
+        # the FP8 weight copies are refreshed from the updated weights once
+        # per step: read e, write the copies (every block weight on the chip)
+        block_params = stage_layers * g["params"][:, None]
+        opt_s = opt_s + block_params * (e + fp8_copy_bytes) / hw.hbm_bytes_per_s
     if not exact:
         # the exposed part shrinks as the windows grow, so lower-bound
         # windows would overstate it; instead (_data_parallel) every window
@@ -572,6 +583,7 @@ def _data_parallel(
     the collectives minus the window and at least the first bucket: so
     `makespan + exposed >= max(comm, makespan + floor)` for any windows,
     which is what price(exact=False) uses."""
+    gather_e = param_gather_bytes(training)
     comm = np.zeros_like(params)
     exposed = np.zeros_like(params)
     floor = np.zeros_like(params)
@@ -585,7 +597,7 @@ def _data_parallel(
         m = m_all[local][:, None]
         grad_rs = hw.hierarchical_ring_s(axis, "reduce_scatter", grad_e * p)
         grad_ag = hw.hierarchical_ring_s(axis, "all_gather", grad_e * p)
-        param_ag = hw.hierarchical_ring_s(axis, "all_gather", e * p)
+        param_ag = hw.hierarchical_ring_s(axis, "all_gather", gather_e * p)
         bucket = float(hw.hierarchical_ring_s(axis, "reduce_scatter", float(BUCKET_BYTES)))
         rs, ag = _zero_collectives(z, m, grad_rs, grad_ag, param_ag)
         total = rs + ag
@@ -610,6 +622,15 @@ def _data_parallel(
         exposed[local] = hidden_not
         floor[local] = least
     return comm, exposed, floor
+
+
+def param_gather_bytes(training: TrainingInput) -> float:
+    """Bytes per parameter of a weight all-gather (ZeRO 1-3): the dtype's,
+    or 1 when an FP8 recipe gathers the weights in FP8
+    (`fp8_param_gather`)."""
+    if training.fp8 is not Fp8Recipe.NONE and training.fp8_param_gather:
+        return 1.0
+    return float(training.dtype.num_bytes)
 
 
 def _zero_collectives(
@@ -653,7 +674,9 @@ def data_parallel_floor_s(
         p = params[local]
         grad_rs = hw.hierarchical_transfer_floor_s(axis, "reduce_scatter", grad_e * p)
         grad_ag = hw.hierarchical_transfer_floor_s(axis, "all_gather", grad_e * p)
-        param_ag = hw.hierarchical_transfer_floor_s(axis, "all_gather", e * p)
+        param_ag = hw.hierarchical_transfer_floor_s(
+            axis, "all_gather", param_gather_bytes(training) * p
+        )
         rs, ag = _zero_collectives(c.zero[local], m_all[local], grad_rs, grad_ag, param_ag)
         out[local] = rs + ag
     return out

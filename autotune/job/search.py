@@ -61,7 +61,9 @@ from autotune.job.model import (
 )
 from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, LayerSplit
 from autotune.specs.plan_input import DataflowPolicy
+from autotune.specs.training import Fp8Recipe
 from cost_models import MeshShape
+from cost_models.fp8 import fp8_weight_copy_bytes_per_param
 
 TIE_RELATIVE = 1e-9
 BATCH = 64  # candidates priced in step 4's first round; each next round doubles
@@ -215,6 +217,11 @@ def _balance_figures(
     e = t.dtype.num_bytes
     g = 4 if t.fp32_gradients else e
     per_param = float(state_bytes_per_param(one, e, g)[0])
+    # an FP8 recipe's weight copies (blocks only; job/model.py)
+    fp8_copies = 0.0
+    if t.fp8 is not Fp8Recipe.NONE:
+        divided = float(one.replicas[0]) if int(one.zero[0]) >= 3 else 1.0
+        fp8_copies = fp8_weight_copy_bytes_per_param(t.fp8.value) / divided
     zero = int(one.zero[0])
     constant = a["fc_buf"] + a["cp_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
     return BalanceFigures(
@@ -226,7 +233,7 @@ def _balance_figures(
         backward_s=a["fc_b"] + a["attn_b"] + a["ew_b"] + a["cp_b"],
         recompute_s=rec,  # type: ignore[arg-type]
         activation_bytes=act,  # type: ignore[arg-type]
-        layer_state_bytes=a["params"] * per_param,
+        layer_state_bytes=a["params"] * (per_param + fp8_copies),
         head_forward_s=a["head_f"],
         head_backward_s=a["head_b"],
         head_state_bytes=a["head_p"] * per_param,

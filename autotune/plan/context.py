@@ -12,12 +12,14 @@ from autotune.hardware.calibration import (
     comm_model_for,
     compute_model_for,
     fallback_kinds,
+    fp8_compute_model,
 )
 from autotune.hardware.cluster import Cluster
 from autotune.hardware.placement import MeshPlacement, place_mesh
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import FigureKind
 from autotune.specs.plan_input import PlanInput, SliceScope
+from autotune.specs.training import Fp8Recipe
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape
 
 
@@ -84,6 +86,16 @@ def cluster_calibration(inp: PlanInput) -> tuple[CalibrationSpec | None, str]:
         return None, ref
 
 
+def fc_compute_model(inp: PlanInput, cluster: Cluster, where: str | None) -> ComputeModel:
+    """The FC layers' GEMM model: FP8 under an FP8 recipe
+    (hardware/calibration.fp8_compute_model), else the training dtype's."""
+    if inp.training.fp8 is not Fp8Recipe.NONE:
+        return fp8_compute_model(inp.calibration, cluster, inp.training.dtype.value, where)[0]
+    return compute_model_for(
+        inp.calibration, cluster, inp.training.dtype.value, inp.training.dtype.num_bytes, where
+    )
+
+
 def search_context(inp: PlanInput) -> SearchContext:
     """Cost-model inputs of a plan (the cluster's overlap slowdown, when
     given, overrides the calibration's); the compute model is the chip's
@@ -94,13 +106,7 @@ def search_context(inp: PlanInput) -> SearchContext:
     check_links_within_nominal(inp.calibration, cluster, where)
     return SearchContext(
         comm=comm_model(inp.calibration),
-        compute=compute_model_for(
-            inp.calibration,
-            cluster,
-            inp.training.dtype.value,
-            inp.training.dtype.num_bytes,
-            where,
-        ),
+        compute=fc_compute_model(inp, cluster, where),
         element_bytes=inp.training.dtype.num_bytes,
         block=inp.cluster.block_size,
         overlap_slowdown=slowdown if slowdown is not None else inp.calibration.overlap_slowdown,
@@ -143,6 +149,10 @@ def check_calibration(inp: PlanInput) -> tuple[str, ...]:
             "`meshtune calibrate` before trusting absolute times"
         )
     dtype = inp.training.dtype.value
+    if inp.training.fp8 is not Fp8Recipe.NONE:
+        note = fp8_compute_model(inp.calibration, plan_cluster(inp), dtype)[1]
+        if note is not None:
+            warnings.append(note)
     if inp.calibration.compute is None:
         peak = plan_cluster(inp).peak_flops_per_s(dtype)
         if peak is None:

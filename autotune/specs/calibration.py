@@ -387,6 +387,13 @@ class CalibrationSpec(Spec):
         description="Local GEMM throughput; null when the inputs had no GEMM rows and named "
         "no known chip (meshtune plan then uses the cluster's nominal peak, with a warning).",
     )
+    compute_fp8: ComputeSpec | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="FP8 GEMM throughput (dtype fp8), fitted from fp8 gemm rows beside the "
+        "compute entry: what the FC layers run at under an FP8 recipe. Omitted: the compute "
+        "entry's efficiency at the chip's fp8 peak (the plan warns).",
+    )
     overlap_slowdown: float = Field(
         default=1.0,
         ge=1.0,

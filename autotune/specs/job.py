@@ -24,6 +24,9 @@ from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import PlanInput, SearchSpec
 from autotune.specs.training import (
+    FP8_DTYPE_FIX,
+    FP8_DTYPE_REASON,
+    DType,
     FcAlgorithm,
     Recompute,
     StepSettings,
@@ -138,6 +141,13 @@ class TrainingInput(StepSettings):
                 "(false: `attention: unfused`)"
             )
         return data
+
+    @field_validator("dtype")
+    @classmethod
+    def _check_dtype(cls, value: Any) -> Any:
+        if DType(value) is DType.FP8:
+            raise ValueError(f"{FP8_DTYPE_REASON}; fix: {FP8_DTYPE_FIX}")
+        return value
 
     @field_validator("tensor_mesh")
     @classmethod
@@ -258,6 +268,8 @@ class TrainingInput(StepSettings):
             fc_algorithm=self.fc_algorithm,
             sequence_parallel=self.sequence_parallel,
             context_parallel_comm=self.context_parallel_comm,
+            fp8=self.fp8,
+            fp8_param_gather=self.fp8_param_gather,
             dropout=self.dropout,
             fp32_gradients=self.fp32_gradients,
             overlap_tensor_backward=self.overlap_tensor_backward,

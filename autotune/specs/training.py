@@ -24,6 +24,22 @@ class DType(str, Enum):
         return {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}[self.value]
 
 
+class Fp8Recipe(str, Enum):
+    """Which FP8 recipe runs the FC layers' GEMMs (Transformer Engine's and
+    torchao's recipes; the activations, weights, gradients and collectives
+    stay in `dtype`): none; per-tensor scales from an amax history
+    (delayed, TE's DelayedScaling) or from the tensor itself (current, TE's
+    Float8CurrentScaling, torchao's tensorwise); MXFP8 (one scale per 32
+    elements, Blackwell); DeepSeek-V3 style blocks (1 x 128 activations,
+    128 x 128 weights, TE's Float8BlockScaling)."""
+
+    NONE = "none"
+    DELAYED = "delayed"
+    CURRENT = "current"
+    MXFP8 = "mxfp8"
+    BLOCKWISE = "blockwise"
+
+
 class Recompute(str, Enum):
     """Activation recomputation (Korthikanti et al. 2022): none, the attention
     core only (selective), or every block's forward (full)."""
@@ -73,7 +89,24 @@ class StepSettings(Spec):
     sequence_length: int = Field(
         gt=0, le=MAX_COUNT, description="Tokens per sequence. Range: 1 to 2^24."
     )
-    dtype: DType = Field(default=DType.BF16, strict=False, description="bf16, fp16, fp32 or fp8.")
+    dtype: DType = Field(
+        default=DType.BF16,
+        strict=False,
+        description="Element type of activations, weights, gradients and collectives: bf16, "
+        "fp16 or fp32 (FP8 GEMMs are `fp8`).",
+    )
+    fp8: Fp8Recipe = Field(
+        default=Fp8Recipe.NONE,
+        strict=False,
+        description="FP8 recipe of the FC layers' GEMMs: none, delayed, current, mxfp8 or "
+        "blockwise (attention and the output layer stay in dtype).",
+    )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="With fp8 and ZeRO-3: gather the weights in FP8 (1 byte per parameter; "
+        "torchao's enable_fsdp_float8_all_gather, Megatron-LM's --fp8-param-gather) instead "
+        "of dtype.",
+    )
     attention: AttentionKernel = Field(
         default=AttentionKernel.FLASH, strict=False, description="flash or unfused."
     )
@@ -186,6 +219,8 @@ class TrainingSpec(StepSettings):
 
     @model_validator(mode="after")
     def _check_split(self) -> TrainingSpec:
+        if self.dtype is DType.FP8:
+            raise ValueError(f"{FP8_DTYPE_REASON}; fix: {FP8_DTYPE_FIX}")
         if self.context_parallel > 1:
             why = context_parallel_rule(self, self.context_parallel)
             if why is not None:
@@ -280,3 +315,12 @@ def context_parallel_rule(settings: StepSettings, cp: int) -> tuple[str, str] | 
             "choose context_parallel so that 2 x it divides the sequence",
         )
     return None
+
+
+#: why `dtype: fp8` is refused, and its fix (FP8 is a GEMM recipe, not the
+#: training's element type)
+FP8_DTYPE_REASON = (
+    "fp8 is a recipe for the FC layers' GEMMs, not the element type of activations, weights "
+    "and gradients (which stay bf16 under every FP8 recipe)"
+)
+FP8_DTYPE_FIX = "write dtype: bf16 and fp8: delayed (or current, mxfp8, blockwise)"
