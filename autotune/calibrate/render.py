@@ -45,9 +45,9 @@ def _pm(value: float | None, err: float | None, scale: float, digits: int = 2) -
 def plot_series(result: CalibrationResult) -> list[tuple[str, list[float], list[float]]]:
     """(label, fitted seconds, measured seconds) per fit, for the plots."""
     series = [(label, list(f.fitted_s), list(f.measured_s)) for label, f in result.shown_fits()]
-    if result.compute_fit is not None:
-        c = result.compute_fit
-        series.append((f"gemm {c.dtype}", list(c.fitted_s), list(c.measured_s)))
+    for c in (result.compute_fit, result.compute_fp8_fit):
+        if c is not None:
+            series.append((f"gemm {c.dtype}", list(c.fitted_s), list(c.measured_s)))
     return series
 
 
@@ -232,12 +232,12 @@ def render_calibration(
                     f"outlier {label}: {file}:{line} off by {err:+.0%}",
                     highlight=False,
                 )
-    c = result.compute_fit
-    if c is not None:
-        console.print(_compute_table(c))
-        held = _held_out_line(c)
-        if held:
-            console.print(held, highlight=False)
+    for c in (result.compute_fit, result.compute_fp8_fit):
+        if c is not None:
+            console.print(_compute_table(c))
+            held = _held_out_line(c)
+            if held:
+                console.print(held, highlight=False)
     elsewhere = [
         *(f"derived: {d}" for d in spec.derived),
         *(f"from --base {user_text(spec.base_calibration)}: {k}" for k in spec.kept_from_base),

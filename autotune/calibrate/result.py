@@ -64,7 +64,9 @@ class CalibrationResult:
     comm_fits: tuple[CommFit, ...]
     compute_fit: ComputeFit | None
     warnings: tuple[str, ...]
-    chip_reason: str = ""  # how the chip was found, or why it was not
+    chip_reason: str = ""
+    #: the fp8 rows' own fit (compute_fp8), when fp8 rows came beside others
+    compute_fp8_fit: ComputeFit | None = None  # how the chip was found, or why it was not
     overlap_fit: OverlapFit | None = None
     #: "op.key: what the key means" for every collective entry written
     resource_notes: tuple[str, ...] = ()
@@ -258,6 +260,7 @@ def build_result(
     compute_fit: ComputeFit | None,
     *,
     name: str,
+    compute_fp8_fit: ComputeFit | None = None,
     base: CalibrationSpec | None = None,
     base_ref: str | None = None,
     chip: ChipSpec | None = None,
@@ -344,6 +347,19 @@ def build_result(
             if compute_fit.rms_rel_error > POOR_FIT_RMS:
                 rms = compute_fit.rms_rel_error
                 warnings.append(f"compute: poor fit, RMS relative error {rms:.0%}")
+    compute_fp8: ComputeSpec | None = None
+    if compute_fp8_fit is not None:
+        try:
+            compute_fp8 = _compute_spec(compute_fp8_fit, chip)
+        except ValidationError as exc:
+            warnings.append(f"compute_fp8: not written: {_out_of_range(exc)}")
+        else:
+            if compute_fp8_fit.rms_rel_error > POOR_FIT_RMS:
+                rms = compute_fp8_fit.rms_rel_error
+                warnings.append(f"compute_fp8: poor fit, RMS relative error {rms:.0%}")
+    elif base is not None and base.compute_fp8 is not None:
+        compute_fp8 = base.compute_fp8
+        kept.append("compute_fp8")
     if compute is not None:
         pass  # the fitted curve stands; otherwise the fallbacks below
     elif base is not None:
@@ -447,6 +463,7 @@ def build_result(
         tool_version=__version__,
         collectives=collectives,
         compute=compute,
+        compute_fp8=compute_fp8,
         overlap_slowdown=overlap,
         inputs=inputs,
         base_calibration=base_ref if base is not None else None,
@@ -464,6 +481,7 @@ def build_result(
         files=tuple(files),
         comm_fits=tuple(comm_fits),
         compute_fit=compute_fit,
+        compute_fp8_fit=compute_fp8_fit,
         warnings=tuple(warnings),
         chip_reason=chip_reason,
         overlap_fit=overlap_fit,

@@ -105,13 +105,21 @@ def calibrate(
     resources = {f.path: f.resource for f in files}
     hosts = {f.path: f.num_hosts for f in files}
     comm_fits = fit_all(collectives, model, resources, hosts)
-    compute_fit = None
+    compute_fit = fp8_fit = None
     if gemms:
         dtype = choose_dtype(gemms)
         peak = chip.peak_flops_per_s(dtype) if chip is not None and chip.has_dtype(dtype) else None
         hbm = chip.hbm_bytes_per_s if chip is not None else None
         cores = chip.num_cores if chip is not None else None
         compute_fit = fit_gemm(gemms, dtype, peak, hbm, num_cores=cores)
+        if dtype != "fp8" and any(s.dtype == "fp8" for s in gemms):
+            # fp8 rows beside the training dtype's: the FC layers' rate under
+            # an FP8 recipe (compute_fp8), fitted on their own
+            peak8 = (
+                chip.peak_flops_per_s("fp8") if chip is not None and chip.has_dtype("fp8") else None
+            )
+            fp8_rows = [s for s in gemms if s.dtype == "fp8"]
+            fp8_fit = fit_gemm(fp8_rows, "fp8", peak8, hbm, num_cores=cores)
     from autotune.calibrate.fit_overlap import fit_overlap
 
     overlap_fit = fit_overlap([o for f in files for o in f.overlaps], gemms)
@@ -120,6 +128,7 @@ def calibrate(
             files,
             comm_fits,
             compute_fit,
+            compute_fp8_fit=fp8_fit,
             overlap_fit=overlap_fit,
             name=name,
             base=base,
