@@ -80,3 +80,22 @@ def ulysses_all_to_all_bytes(
         tokens * (q + 2.0 * kv) * head_dim * element_bytes,
         tokens * q * head_dim * element_bytes,
     )
+
+
+def attention_rate_flops_per_s(
+    seq_len: ArrayLike, asymptotic_flops_per_s: float, seq_half: float
+) -> np.ndarray:
+    """The fused attention kernel's rate for sequences (or context-parallel
+    blocks) of `seq_len` tokens::
+
+        rate = asymptotic_flops_per_s * s / (s + seq_half)
+
+    A saturating curve in the sequence length (short sequences leave the
+    kernel's tiles and the chip's cores partly idle; long ones run at its
+    asymptotic rate); `seq_half` 0 is a constant rate. Fitted by `meshtune
+    calibrate` from attention rows (calibrate/fit_attention.py). Units:
+    tokens, FLOP/s."""
+    s = np.asarray(seq_len, dtype=float)
+    if seq_half <= 0:
+        return np.full_like(s, asymptotic_flops_per_s)
+    return asymptotic_flops_per_s * s / (s + seq_half)

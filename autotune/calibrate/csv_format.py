@@ -4,8 +4,10 @@ Header `kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds`; `#` lines are
 comments. `collective` rows fill op, axis, ring_size, shard_bytes and leave
 m, n, k empty; `gemm` rows fill m, n, k and leave op, axis, ring_size,
 shard_bytes empty; `overlap` rows fill both (a GEMM timed while the
-collective runs beside it; seconds is the time of the pair); dtype is bf16,
-fp16, fp32 or fp8; seconds > 0.
+collective runs beside it; seconds is the time of the pair); `attention`
+rows time one fused attention forward: op `causal` or `full`, m the
+sequence length, n batch x query heads, k the head dimension; dtype is
+bf16, fp16, fp32 or fp8; seconds > 0.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ import io
 import math
 from collections.abc import Iterable, Iterator
 
-from autotune.calibrate.samples import CollectiveSample, GemmSample, OverlapSample, ParsedFile
+from autotune.calibrate.samples import (
+    AttentionSample,
+    CollectiveSample,
+    GemmSample,
+    OverlapSample,
+    ParsedFile,
+)
 from autotune.errors import InputError
 from autotune.specs.base import MAX_BYTES, MAX_CHIPS, MAX_SECONDS
 from cost_models import Axis, CollectiveOp
@@ -219,6 +227,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
     collectives: list[CollectiveSample] = []
     gemms: list[GemmSample] = []
     overlaps: list[OverlapSample] = []
+    attentions: list[AttentionSample] = []
     body = "\n".join(lines[header_line:])
     for offset, cells in enumerate(_rows(io.StringIO(body), path, header_line + 1)):
         line = header_line + 1 + offset
@@ -272,6 +281,22 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                     line,
                 )
             )
+        elif kind == "attention":
+            _require_empty(row, ("axis", "ring_size", "shard_bytes"), "attention", path, line)
+            mask = row["op"].lower()
+            if mask not in ("causal", "full"):
+                raise InputError(
+                    "is not an attention mask",
+                    file=path,
+                    line=line,
+                    field="op",
+                    value=row["op"],
+                    fix="write causal or full in the op column of an attention row",
+                )
+            m, n, k = _gemm_fields(row, dtype, path, line)
+            attentions.append(
+                AttentionSample(m, n, k, mask == "causal", dtype, seconds, path, line)
+            )
         else:
             raise InputError(
                 "is not a row kind",
@@ -279,9 +304,9 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                 line=line,
                 field="kind",
                 value=row["kind"],
-                fix="use collective, gemm or overlap",
+                fix="use collective, gemm, overlap or attention",
             )
-    if not collectives and not gemms and not overlaps:
+    if not collectives and not gemms and not overlaps and not attentions:
         raise InputError(
             "has a header but no measurement rows",
             file=path,
@@ -294,6 +319,8 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
         collectives=tuple(collectives),
         gemms=tuple(gemms),
         description=f"{len(collectives)} collective and {len(gemms)} gemm rows"
-        + (f", {len(overlaps)} overlap rows" if overlaps else ""),
+        + (f", {len(overlaps)} overlap rows" if overlaps else "")
+        + (f", {len(attentions)} attention rows" if attentions else ""),
         overlaps=tuple(overlaps),
+        attentions=tuple(attentions),
     )

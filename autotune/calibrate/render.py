@@ -238,6 +238,15 @@ def render_calibration(
             held = _held_out_line(c)
             if held:
                 console.print(held, highlight=False)
+    a = result.attention_fit
+    if a is not None:
+        half = f", half that at {a.seq_half:,.0f} tokens" if a.seq_half > 0 else " (constant)"
+        console.print(
+            f"attention ({a.dtype}): {a.flops_per_s / 1e12:.1f} TFLOP/s at long sequences{half}; "
+            f"{a.num_rows} row(s) of {a.measured_seq[0]:,}-{a.measured_seq[1]:,} tokens, RMS "
+            f"error {a.rms_rel_error:.1%}",
+            highlight=False,
+        )
     elsewhere = [
         *(f"derived: {d}" for d in spec.derived),
         *(f"from --base {user_text(spec.base_calibration)}: {k}" for k in spec.kept_from_base),

@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from autotune import __version__
+from autotune.calibrate.fit_attention import AttentionFit
 from autotune.calibrate.fit_comm import CommFit
 from autotune.calibrate.fit_compute import ComputeFit
 from autotune.calibrate.fit_overlap import OverlapFit
@@ -27,6 +28,7 @@ from autotune.specs.calibration import (
     AXIS_KEYS,
     CALIBRATION_SCHEMA,
     MAX_REL_ERROR,
+    AttentionSpec,
     CalibrationSpec,
     CollectiveFit,
     ComputeSpec,
@@ -66,7 +68,9 @@ class CalibrationResult:
     warnings: tuple[str, ...]
     chip_reason: str = ""
     #: the fp8 rows' own fit (compute_fp8), when fp8 rows came beside others
-    compute_fp8_fit: ComputeFit | None = None  # how the chip was found, or why it was not
+    compute_fp8_fit: ComputeFit | None = None
+    #: the attention rows' fit, when the inputs had any
+    attention_fit: AttentionFit | None = None  # how the chip was found, or why it was not
     overlap_fit: OverlapFit | None = None
     #: "op.key: what the key means" for every collective entry written
     resource_notes: tuple[str, ...] = ()
@@ -261,6 +265,7 @@ def build_result(
     *,
     name: str,
     compute_fp8_fit: ComputeFit | None = None,
+    attention_fit: AttentionFit | None = None,
     base: CalibrationSpec | None = None,
     base_ref: str | None = None,
     chip: ChipSpec | None = None,
@@ -360,6 +365,25 @@ def build_result(
     elif base is not None and base.compute_fp8 is not None:
         compute_fp8 = base.compute_fp8
         kept.append("compute_fp8")
+    attention: AttentionSpec | None = None
+    if attention_fit is not None:
+        attention = AttentionSpec(
+            dtype=attention_fit.dtype,
+            flops_per_s=attention_fit.flops_per_s,
+            seq_half=attention_fit.seq_half,
+            measured_seq=list(attention_fit.measured_seq),
+            fit={
+                "rms_rel_error": attention_fit.rms_rel_error,
+                "max_rel_error": attention_fit.max_rel_error,
+                "num_rows": attention_fit.num_rows,
+            },
+            source="fitted from attention rows",
+        )
+        if attention_fit.note:
+            warnings.append(f"attention: {attention_fit.note}")
+    elif base is not None and base.attention is not None:
+        attention = base.attention
+        kept.append("attention")
     if compute is not None:
         pass  # the fitted curve stands; otherwise the fallbacks below
     elif base is not None:
@@ -464,6 +488,7 @@ def build_result(
         collectives=collectives,
         compute=compute,
         compute_fp8=compute_fp8,
+        attention=attention,
         overlap_slowdown=overlap,
         inputs=inputs,
         base_calibration=base_ref if base is not None else None,
@@ -482,6 +507,7 @@ def build_result(
         comm_fits=tuple(comm_fits),
         compute_fit=compute_fit,
         compute_fp8_fit=compute_fp8_fit,
+        attention_fit=attention_fit,
         warnings=tuple(warnings),
         chip_reason=chip_reason,
         overlap_fit=overlap_fit,

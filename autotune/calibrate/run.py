@@ -120,7 +120,11 @@ def calibrate(
             )
             fp8_rows = [s for s in gemms if s.dtype == "fp8"]
             fp8_fit = fit_gemm(fp8_rows, "fp8", peak8, hbm, num_cores=cores)
+    from autotune.calibrate.fit_attention import fit_attention
     from autotune.calibrate.fit_overlap import fit_overlap
+
+    attention_rows = [a for f in files for a in f.attentions]
+    attention_fit = fit_attention(attention_rows) if attention_rows else None
 
     overlap_fit = fit_overlap([o for f in files for o in f.overlaps], gemms)
     try:
@@ -129,6 +133,7 @@ def calibrate(
             comm_fits,
             compute_fit,
             compute_fp8_fit=fp8_fit,
+            attention_fit=attention_fit,
             overlap_fit=overlap_fit,
             name=name,
             base=base,

@@ -36,6 +36,29 @@ class GemmSample:
 
 
 @dataclass(frozen=True)
+class AttentionSample:
+    """One timed fused attention forward: `heads` (batch x query heads)
+    sequences of `seq_len` tokens with `head_dim`, causal or full, in
+    `dtype`."""
+
+    seq_len: int
+    heads: int
+    head_dim: int
+    causal: bool
+    dtype: str
+    seconds: float
+    file: str
+    line: int
+
+    @property
+    def flops(self) -> float:
+        """Forward FLOPs: `4 heads s^2 d`, halved when causal
+        (cost_models.transformer_flops.attention_core_forward_flops)."""
+        full = 4.0 * self.heads * self.seq_len**2 * self.head_dim
+        return full / 2.0 if self.causal else full
+
+
+@dataclass(frozen=True)
 class OverlapSample:
     """A GEMM and a collective run side by side; `seconds` is the time of
     the pair (the compute slowdown is seconds / the GEMM alone)."""
@@ -62,8 +85,9 @@ class ParsedFile:
     num_hosts: int | None = None  # hosts the ranks ran on; None when not stated
     resource: str | None = None  # intra_node, scale_out, or None (not stated / CSV)
     overlaps: tuple[OverlapSample, ...] = ()
+    attentions: tuple[AttentionSample, ...] = ()
 
     @property
     def num_rows(self) -> int:
         """Measurements read from the file."""
-        return len(self.collectives) + len(self.gemms) + len(self.overlaps)
+        return len(self.collectives) + len(self.gemms) + len(self.overlaps) + len(self.attentions)

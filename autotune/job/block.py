@@ -6,7 +6,9 @@ Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
 
 - FC layers: :mod:`autotune.job.fc` (MeshSlice plan or Megatron 1D).
 - Attention core: a flash kernel costs `4 b nh s^2 d / 2 / t` FLOPs forward
-  (the causal half, cost_models.transformer_flops) at the attention rate and
+  (the causal half, cost_models.transformer_flops) at the attention rate
+  (the calibration's fitted curve in the sequence length, else the
+  cluster's figure, else the GEMM rate) and
   2.5 forwards backward (`FLASH_BACKWARD_GEMMS / 2`); unfused, the batched
   `s x s x d` GEMMs run by the GEMM model with a 2x backward.
 - Memory-bound ops (norms, residual adds, dropouts, rotary, the FFN
@@ -55,6 +57,7 @@ from autotune.specs.training import AttentionKernel, ContextComm, FcAlgorithm, F
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape, ring_collective_s
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
 from cost_models.context_parallel import (
+    attention_rate_flops_per_s,
     kv_block_bytes,
     ring_attention_exposed_s,
     ulysses_all_to_all_bytes,
@@ -419,7 +422,9 @@ def block_figures(
     tokens = mbs * local_s
     if flash:
         flops = attention_core_forward_flops(mbs, s, nh, d, causal=True) / (tp * cp)
-        attn_f = flops / hw.attention_flops_per_s
+        # the kernel runs on the chip's query block of s / cp tokens
+        rate = attention_rate_flops_per_s(local_s, hw.attention_flops_per_s, hw.attention_seq_half)
+        attn_f = flops / float(rate)
         attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
     else:
         attn_f = float(unfused_attention_forward_s(hw.gemm, mbs, nh, s, d, tp))

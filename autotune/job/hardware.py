@@ -49,13 +49,15 @@ class HardwareView:
     fc_base: SearchContext  # the FC planner's context before a mesh is placed
     peak_flops_per_s: float | None
     gemm: ComputeModel
-    attention_flops_per_s: float
+    attention_flops_per_s: float  # the fused kernel's rate at long sequences
     hbm_bytes: float
     hbm_bytes_per_s: float
     overlap_slowdown: float
     workspace_bytes: float
     reserve_bytes: float
     warnings: list[str]
+    #: the fused kernel's rate halves at this sequence length (0: constant)
+    attention_seq_half: float = 0.0
     _layouts: dict = field(default_factory=dict, repr=False)
     _contexts: dict = field(default_factory=dict, repr=False)
     _links: dict = field(default_factory=dict, repr=False)
@@ -301,14 +303,20 @@ def hardware_view(inp: JobInput) -> HardwareView:
             t.dtype.num_bytes,
             inp.calibration_ref or inp.calibration.name,
         )
-    if spec.attention_tflops_per_s is not None:
+    attention_half = 0.0
+    measured_attention = inp.calibration.attention
+    if measured_attention is not None:
+        attention = measured_attention.flops_per_s
+        attention_half = measured_attention.seq_half
+    elif spec.attention_tflops_per_s is not None:
         attention = spec.attention_tflops_per_s * 1e12
     else:
         attention = float(gemm.effective_flops_per_s)
         if t.attention.value == "flash":
             warnings.append(
                 f"cluster {spec.name} gives no attention_tflops_per_s: the fused attention core "
-                "is priced at the calibration's GEMM rate"
+                "is priced at the calibration's GEMM rate (attention rows in `meshtune calibrate` "
+                "measure it)"
             )
     if inp.model.vocab_size is None:
         warnings.append(
@@ -322,6 +330,7 @@ def hardware_view(inp: JobInput) -> HardwareView:
         peak_flops_per_s=cluster.peak_flops_per_s(t.dtype.value),
         gemm=gemm,
         attention_flops_per_s=attention,
+        attention_seq_half=attention_half,
         hbm_bytes=hbm,
         hbm_bytes_per_s=float(hbm_per_s),
         overlap_slowdown=ctx.overlap_slowdown,

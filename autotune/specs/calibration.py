@@ -202,6 +202,36 @@ class LinkSpec(Spec):
         return self
 
 
+class AttentionSpec(Spec):
+    """The fused attention kernel's measured rate (FLOPs of the forward
+    `4 b nh s^2 d`, halved when causal, per second), saturating in the
+    sequence length: `rate = flops_per_s * s / (s + seq_half)`
+    (cost_models.context_parallel.attention_rate_flops_per_s)."""
+
+    dtype: str = Field(description="Element type measured, e.g. bf16.")
+    flops_per_s: float = Field(
+        ge=MIN_FLOPS_PER_S,
+        le=MAX_FLOPS_PER_S,
+        description="Asymptotic rate at long sequences, FLOP/s. Range: 1e9 to 1e18.",
+    )
+    seq_half: float = Field(
+        default=0.0,
+        ge=0,
+        le=2.0**24,
+        description="Sequence length at which the rate is half the asymptotic one (0: "
+        "constant). Range: 0 to 2^24.",
+    )
+    measured_seq: list[Annotated[int, Field(ge=1, le=2**24)]] = Field(
+        min_length=2,
+        max_length=2,
+        description="[shortest, longest] sequence measured. Range: 1 to 2^24 tokens.",
+    )
+    fit: dict[str, float | int | str | None] | None = Field(
+        default=None, description="Fit quality, when fitted."
+    )
+    source: str | None = Field(default=None, description="Where the rows came from.")
+
+
 class EfficiencyCurve(Spec):
     """`eff = m/(m+m_half) * n/(n+n_half) * k/(k+k_half)` on top of the
     effective rate (see cost_models.compute.saturating_efficiency)."""
@@ -386,6 +416,12 @@ class CalibrationSpec(Spec):
         default=None,
         description="Local GEMM throughput; null when the inputs had no GEMM rows and named "
         "no known chip (meshtune plan then uses the cluster's nominal peak, with a warning).",
+    )
+    attention: AttentionSpec | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The fused attention kernel's rate, fitted from attention rows. Omitted: "
+        "the cluster's attention_tflops_per_s, else the GEMM rate (the plan warns).",
     )
     compute_fp8: ComputeSpec | None = Field(
         default=None,

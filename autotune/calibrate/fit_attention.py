@@ -1,0 +1,67 @@
+"""Fit the fused attention kernel's rate from `attention` rows
+(calibrate/csv_format.py): `rate(s) = R s / (s + s_half)`
+(cost_models.context_parallel.attention_rate_flops_per_s), least squares
+on the relative error of each row's time; one sequence length measured
+gives a constant rate (the median)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from autotune.calibrate.samples import AttentionSample
+from cost_models.context_parallel import attention_rate_flops_per_s
+
+
+@dataclass(frozen=True)
+class AttentionFit:
+    """The fitted rate and how well it describes the rows."""
+
+    dtype: str
+    flops_per_s: float
+    seq_half: float
+    measured_seq: tuple[int, int]
+    rms_rel_error: float
+    max_rel_error: float
+    num_rows: int
+    note: str = ""
+
+
+def fit_attention(samples: Sequence[AttentionSample]) -> AttentionFit:
+    """Fit the rows of the most measured dtype (bf16 first); the others are
+    named in the note."""
+    counts = Counter(s.dtype for s in samples)
+    dtype = "bf16" if "bf16" in counts else counts.most_common(1)[0][0]
+    rows = [s for s in samples if s.dtype == dtype]
+    seq = np.array([s.seq_len for s in rows], dtype=float)
+    flops = np.array([s.flops for s in rows])
+    seconds = np.array([s.seconds for s in rows])
+    rates = flops / seconds
+    if len(set(seq.tolist())) == 1:
+        big, half = float(np.median(rates)), 0.0
+    else:
+
+        def residual(x: np.ndarray) -> np.ndarray:
+            rate = attention_rate_flops_per_s(seq, float(np.exp(x[0])), float(np.exp(x[1])))
+            return flops / rate / seconds - 1.0
+
+        start = np.array([np.log(rates.max()), np.log(float(np.median(seq)) / 4)])
+        res = least_squares(residual, start)
+        big, half = float(np.exp(res.x[0])), float(np.exp(res.x[1]))
+    predicted = flops / attention_rate_flops_per_s(seq, big, half)
+    rel = np.abs(predicted / seconds - 1.0)
+    others = sorted(set(counts) - {dtype})
+    return AttentionFit(
+        dtype=dtype,
+        flops_per_s=big,
+        seq_half=half,
+        measured_seq=(int(seq.min()), int(seq.max())),
+        rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+        max_rel_error=float(rel.max()),
+        num_rows=len(rows),
+        note=f"ignored {', '.join(others)} attention rows" if others else "",
+    )
