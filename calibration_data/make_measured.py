@@ -1,10 +1,11 @@
-"""Write `a100_measured.json`: an A100 calibration fitted by `meshtune
-calibrate` from public measurements (calibration_data/measured/README.md
-cites each), with the measured HBM bandwidth for memory-bound kernels.
+"""Write `a100_measured.json` and `h100_measured.json`: calibrations fitted
+by `meshtune calibrate` from public measurements
+(calibration_data/measured/README.md cites each), with the measured HBM
+bandwidth for memory-bound kernels.
 
 Run from the repository root: `python calibration_data/make_measured.py`.
 
-What is measured and what is not:
+a100-measured:
 - NVSwitch links: fitted from a captured nccl-tests all_reduce_perf log of
   one DGX A100 (8 x A100-SXM4-40GB, 1 MiB-1 GiB), with size regimes
   (NCCL changes protocol and channel count with size; one straight line
@@ -21,8 +22,21 @@ What is measured and what is not:
 - Not measured, kept from `a100-nominal` with calibrate's warnings: the
   scale-out (NIC) links and the overlap slowdown.
 
+h100-measured:
+- GEMMs: bf16 from XLA's H100 (sm_90) GEMM table, fp8 (compute_fp8) from
+  Azure's cuBLASLt FP8 table on ND H100 v5; each the model `calibrate`
+  chooses by held-out error, bounded by the bf16 and fp8 peaks.
+- Attention: FlashAttention-3's forward rate on one H100 at head dim 128
+  (pytorch/benchmark's tritonbench table), fitted to a rate saturating in
+  the sequence length.
+- Scale-out links: nccl-tests all_reduce_perf on 32 x H100 in 4 hosts (8 x
+  400 Gb/s InfiniBand each), size regimes, per NIC rail.
+- HBM: 2.97 TB/s, BabelStream Triad on ND H100 v5 (H100 80GB HBM3).
+- Not measured, kept from `h100-nominal` with calibrate's warnings: the
+  NVSwitch links and the overlap slowdown.
+
 Nothing here is fitted to, or chosen by, the published training runs the
-tests compare with (tests/fixtures/published/).
+tests compare with (tests/fixtures/published/, published_fp8_cp/).
 """
 
 from __future__ import annotations
@@ -31,41 +45,91 @@ import contextlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-INPUTS = (
-    HERE / "measured" / "all_reduce_perf_dgx_a100_8gpu.txt",
-    HERE / "measured" / "gemm_a100_sxm4_80gb_azure.csv",
+MEASURED = HERE / "measured"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One measured calibration: its inputs, chip, base and HBM rate."""
+
+    name: str
+    out: Path
+    inputs: tuple[Path, ...]
+    chip: str
+    base: str
+    hbm_bytes_per_s: float
+    hbm_note: str
+
+
+RECIPES = (
+    Recipe(
+        name="a100-measured",
+        out=HERE / "a100_measured.json",
+        inputs=(
+            MEASURED / "all_reduce_perf_dgx_a100_8gpu.txt",
+            MEASURED / "gemm_a100_sxm4_80gb_azure.csv",
+        ),
+        chip="a100-sxm4-80gb",
+        base="a100-nominal",
+        # BabelStream Triad, Azure ND A100 v4 (8 x A100-SXM4-80GB): 1.70 TB/s
+        # (Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md,
+        # commit 3bb66cacc25632d8ece36bc1d5128c5ea886a60b).
+        hbm_bytes_per_s=1.70e12,
+        hbm_note="HBM 1.70 TB/s: BabelStream Triad on an A100-SXM4-80GB (Azure ND A100 v4",
+    ),
+    Recipe(
+        name="h100-measured",
+        out=HERE / "h100_measured.json",
+        inputs=(
+            MEASURED / "all_reduce_perf_32xh100_4host.txt",
+            MEASURED / "gemm_h100_bf16_xla.csv",
+            MEASURED / "gemm_h100_fp8_azure.csv",
+            MEASURED / "attention_h100_fa3_tritonbench.csv",
+        ),
+        chip="h100-sxm",
+        base="h100-nominal",
+        # BabelStream Triad, Azure ND H100 v5 (H100 80GB HBM3): 2.97 TB/s
+        # (Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md,
+        # commit ae0b6a7f47caee92985aafc546faf30e9d4a3ca7, table "HBM Bandwidth").
+        hbm_bytes_per_s=2.97e12,
+        hbm_note="HBM 2.97 TB/s: BabelStream Triad on an H100 80GB HBM3 (Azure ND H100 v5",
+    ),
 )
-OUT = HERE / "a100_measured.json"
-# BabelStream Triad, Azure ND A100 v4 (8 x A100-SXM4-80GB): 1.70 TB/s
-# (Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md,
-# commit 3bb66cacc25632d8ece36bc1d5128c5ea886a60b).
-HBM_TRIAD_BYTES_PER_S = 1.70e12
 
 
-def main() -> None:
+def build(recipe: Recipe) -> None:
+    """Calibrate the recipe's inputs and write its file."""
     from autotune.cli import main as cli
 
     with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "a100_measured.json"
-        args = ["calibrate", *(str(p) for p in INPUTS), "--chip", "a100-sxm4-80gb"]
-        args += ["--base", "a100-nominal", "--collective-model", "regimes", "--out", str(raw)]
+        raw = Path(tmp) / recipe.out.name
+        args = ["calibrate", *(str(p) for p in recipe.inputs), "--chip", recipe.chip]
+        args += ["--base", recipe.base, "--collective-model", "regimes", "--out", str(raw)]
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             cli(args, standalone_mode=False)
         doc = json.loads(raw.read_text())
-    doc["name"] = "a100-measured"
+    doc["name"] = recipe.name
     for item in doc["inputs"]:
         item["path"] = str(Path(item["path"]).relative_to(HERE.parent))
     doc["source"] = doc["source"].replace(str(HERE.parent) + os.sep, "")
-    doc["compute"]["hbm_bytes_per_s"] = HBM_TRIAD_BYTES_PER_S
+    doc["compute"]["hbm_bytes_per_s"] = recipe.hbm_bytes_per_s
+    if doc.get("compute_fp8") is not None:
+        doc["compute_fp8"]["hbm_bytes_per_s"] = recipe.hbm_bytes_per_s
     doc["source"] += (
-        "; HBM 1.70 TB/s: BabelStream Triad on an A100-SXM4-80GB (Azure ND A100 v4, "
-        "calibration_data/measured/README.md), set by calibration_data/make_measured.py"
+        f"; {recipe.hbm_note}, calibration_data/measured/README.md), set by "
+        "calibration_data/make_measured.py"
     )
-    OUT.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {OUT.relative_to(HERE.parent)}")
+    recipe.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {recipe.out.relative_to(HERE.parent)}")
+
+
+def main() -> None:
+    for recipe in RECIPES:
+        build(recipe)
 
 
 if __name__ == "__main__":

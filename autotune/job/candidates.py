@@ -210,10 +210,23 @@ def enumerate_candidates(
     chips = hw.num_chips
     pinned_rc = t.pinned("recompute")
     modes = [RECOMPUTE_MODES.index(pinned_rc)] if pinned_rc else list(range(3))
-    for degree in ("data_parallel", "pipeline_parallel", "tensor_parallel", "context_parallel"):
+    degrees = ("data_parallel", "pipeline_parallel", "tensor_parallel", "context_parallel")
+    for degree in degrees:
         value = t.pinned(degree)
         if value is not None and chips % value:
             refusals.add(degree, value, f"does not divide the cluster's {chips} chips")
+    values = [t.pinned(d) for d in degrees]
+    if (
+        all(v is not None for v in values)
+        and values[0] * values[1] * values[2] * values[3] != chips
+    ):
+        dp, pp, tp, cp = values
+        refusals.add(
+            "data_parallel",
+            dp,
+            f"data x pipeline x tensor x context parallelism {dp} x {pp} x {tp} x {cp} = "
+            f"{dp * pp * tp * cp} chips, not the cluster's {chips}",
+        )
     rows_out: list[tuple[int, ...]] = []
     meshes = tensor_meshes(inp, hw, refusals)
     cps = context_degrees(inp, hw, lim, refusals)
