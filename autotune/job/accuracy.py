@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autotune.render_text import byte_size
-from autotune.specs.calibration import CalibrationSpec, ExpectedError
+from autotune.specs.calibration import CalibrationSpec, ComputeSpec, ExpectedError
 
 #: exposed communication, priced by the collective fits
 COMM_PARTS = ("tp_comm_s", "pp_comm_s", "dp_comm_s")
@@ -140,12 +140,15 @@ def collective_extrapolations(
 
 
 def gemm_extrapolations(
-    calibration: CalibrationSpec, shapes: Mapping[str, list[tuple[float, float, float]]]
+    calibration: CalibrationSpec,
+    shapes: Mapping[str, list[tuple[float, float, float]]],
+    compute: ComputeSpec | None = None,
 ) -> list[Extrapolation]:
     """`shapes` maps who prices them (FC layers, attention core, output
     layer) to the local GEMM shapes (m, n, k); each dimension outside the
-    range the compute fit measured is returned, per user."""
-    compute = calibration.compute
+    range the compute fit (`compute`, default the calibration's compute
+    entry) measured is returned, per user."""
+    compute = compute or calibration.compute
     if compute is None:
         return []
     low, high = compute.measured_range()

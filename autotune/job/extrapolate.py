@@ -17,7 +17,13 @@ from autotune.job.hardware import level_entry
 from autotune.plan.results import PlanResult
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.model import ModelSpec
-from autotune.specs.training import AttentionKernel, FcAlgorithm, TrainingSpec
+from autotune.specs.training import (
+    AttentionKernel,
+    ContextComm,
+    FcAlgorithm,
+    Fp8Recipe,
+    TrainingSpec,
+)
 from cost_models import Axis, MeshShape, collective_calls, local_gemm_dims
 
 Used = dict[tuple[str, str], tuple[float, float, str]]
@@ -67,7 +73,9 @@ def plan_extrapolations(
     what `calibration` measured (module docstring)."""
     e = training.dtype.num_bytes
     mesh = MeshShape(int(config["rows"]), int(config["cols"]))
-    mbs, dp, zero = int(config["mbs"]), int(config["dp"]), int(config["zero"])
+    mbs, zero = int(config["mbs"]), int(config["zero"])
+    cp = int(config.get("cp", 1))
+    replicas = int(config["dp"]) * cp  # the data x context group
     used: Used = {}
     shapes: dict[str, list[tuple[float, float, float]]] = {"FC layers": []}
     for lp in fc.layers:
@@ -94,14 +102,27 @@ def plan_extrapolations(
     by_axis = {a.axis: a for a in axes}
     pipeline = by_axis.get(ParallelAxis.PIPELINE)
     if pipeline is not None and pipeline.levels:
-        message = mbs * seq * model.hidden_size * e / tp
+        message = mbs * (seq // cp) * model.hidden_size * e / tp
         key = _level_key(calibration, "send_recv", pipeline.levels[-1])
         if key is not None:
             _note(used, key[0], key[1], [message], "pipeline transfers")
-    data = by_axis.get(ParallelAxis.DATA)
+    context = by_axis.get(ParallelAxis.CONTEXT)
+    if context is not None and context.levels and training.context_parallel_comm is ContextComm.P2P:
+        kv = (
+            max(model.kv_heads / tp, 1.0)
+            if training.fc_algorithm is FcAlgorithm.MEGATRON_1D
+            else (model.kv_heads / tp)
+        )
+        block = 2.0 * (seq // cp) * mbs * kv * model.head_dim * e
+        key = _level_key(calibration, "send_recv", context.levels[-1])
+        if key is not None:
+            _note(used, key[0], key[1], [block, 2 * block], "context-parallel exchange")
+    data = by_axis.get(ParallelAxis.GRADIENT)
     if data is not None and data.levels:
         grad_e = 4 if training.fp32_gradients else e
-        totals = [grad_e * w * (dp if zero >= 3 else 1) / e for w in stage_weights_bytes if w > 0]
+        totals = [
+            grad_e * w * (replicas if zero >= 3 else 1) / e for w in stage_weights_bytes if w > 0
+        ]
         divided = 1
         for level in data.levels:
             divided *= level.size
@@ -110,5 +131,10 @@ def plan_extrapolations(
                 if key is not None and level.size > 1:
                     _note(used, key[0], key[1], [t / divided for t in totals], "gradient reduction")
     out = collective_extrapolations(calibration, used)
+    fp8 = training.fp8 is not Fp8Recipe.NONE and calibration.compute_fp8 is not None
+    if fp8:
+        # the FC layers run on the FP8 GEMM fit; the rest on the dtype's
+        fc = {"FC layers": shapes.pop("FC layers")}
+        out += gemm_extrapolations(calibration, fc, calibration.compute_fp8)
     out += gemm_extrapolations(calibration, shapes)
     return tuple(out)
