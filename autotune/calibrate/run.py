@@ -111,8 +111,10 @@ def calibrate(
         peak = chip.peak_flops_per_s(dtype) if chip is not None and chip.has_dtype(dtype) else None
         hbm = chip.hbm_bytes_per_s if chip is not None else None
         cores = chip.num_cores if chip is not None else None
-        compute_fit = fit_gemm(gemms, dtype, peak, hbm, num_cores=cores)
-        if dtype != "fp8" and any(s.dtype == "fp8" for s in gemms):
+        split_fp8 = dtype != "fp8" and any(s.dtype == "fp8" for s in gemms)
+        main_rows = [s for s in gemms if s.dtype != "fp8"] if split_fp8 else gemms
+        compute_fit = fit_gemm(main_rows, dtype, peak, hbm, num_cores=cores)
+        if split_fp8:
             # fp8 rows beside the training dtype's: the FC layers' rate under
             # an FP8 recipe (compute_fp8), fitted on their own
             peak8 = (
