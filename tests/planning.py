@@ -23,6 +23,9 @@ LLAMA = {
     "position_encoding": "rotary",
 }
 
+#: the whole Llama-3-8B shape (32 layers)
+LLAMA3_8B = {**LLAMA, "name": "llama3-8b-shape", "num_layers": 32}
+
 #: the degrees a file must give to pin one configuration, with the values
 #: that keep a test's meaning when it does not say (one replica, one stage,
 #: one micro-batch, no recomputation, ZeRO 0)

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from planning import pinned, plan_for
+from planning import LLAMA3_8B as LLAMA8B
+from planning import pinned, plan_for, write_plan
 
 from autotune.cli import main
 from autotune.hardware.layout import ParallelAxis
@@ -22,19 +23,6 @@ from cost_models.context_parallel import (
     ulysses_all_to_all_bytes,
 )
 from cost_models.transformer_flops import attention_core_forward_flops
-
-LLAMA8B = {
-    "name": "llama3-8b-shape",
-    "num_layers": 32,
-    "hidden_size": 4096,
-    "num_heads": 32,
-    "num_kv_heads": 8,
-    "head_dim": 128,
-    "ffn_size": 14336,
-    "ffn_kind": "swiglu",
-    "vocab_size": 128256,
-    "position_encoding": "rotary",
-}
 
 
 def causal_units_per_chip(cp: int) -> list[float]:
@@ -159,8 +147,10 @@ def test_each_exchange_prices(tmp_path, comm):
         assert b.context_forward_s > 0  # exposed by construction
 
 
-def run(*args: str):
-    return CliRunner().invoke(main, list(args))
+def plan_cli(tmp_path, training: dict, cluster: str = "h100-hgx-8n"):
+    """`meshtune plan` on a file of the Llama-3-8B shape with `training`."""
+    path = write_plan(tmp_path, LLAMA8B, training, cluster)
+    return CliRunner().invoke(main, ["plan", str(path)])
 
 
 @pytest.mark.parametrize(
@@ -171,13 +161,8 @@ def run(*args: str):
     ],
 )
 def test_invalid_context_degree_exits_2_naming_the_rule(tmp_path, change, text):
-    import yaml
-
     training = pinned({"global_batch_sequences": 8, "sequence_length": 4096, **change})
-    data = {"model": LLAMA8B, "training": training, "cluster": "h100-hgx-8n"}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(data))
-    result = run("plan", str(path))
+    result = plan_cli(tmp_path, training)
     assert result.exit_code == 2, result.output
     assert text in result.output and "fix:" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -185,8 +170,6 @@ def test_invalid_context_degree_exits_2_naming_the_rule(tmp_path, change, text):
 
 def test_ulysses_needs_heads_divisible(tmp_path):
     # 8 key/value heads over tp 4 leave 2 per chip: a2a 4 cannot split them
-    import yaml
-
     training = pinned(
         {
             "global_batch_sequences": 8,
@@ -197,23 +180,15 @@ def test_ulysses_needs_heads_divisible(tmp_path):
             "context_parallel_comm": "a2a",
         }
     )
-    data = {"model": LLAMA8B, "training": training, "cluster": "h100-hgx-8n"}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(data))
-    result = run("plan", str(path))
+    result = plan_cli(tmp_path, training)
     assert result.exit_code == 2, result.output
     assert "Ulysses" in result.output and "training.context_parallel" in result.output
 
 
 def test_sequence_no_context_degree_fits_exits_1_naming_the_shortfall(tmp_path):
-    import yaml
-
     # 4M tokens on 8 GPUs: even cp 8 and full recomputation leave too much
     training = {"global_batch_sequences": 8, "sequence_length": 4194304}
-    data = {"model": LLAMA8B, "training": training, "cluster": "h100-hgx-1n"}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(data))
-    result = run("plan", str(path))
+    result = plan_cli(tmp_path, training, "h100-hgx-1n")
     assert result.exit_code == 1, result.output
     assert "out of memory" in result.output and "short by" in result.output
 

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from planning import LLAMA3_8B as LLAMA8B
 from planning import pinned, plan_for
 
 from autotune.cli import main
@@ -20,19 +21,6 @@ from cost_models.fp8 import (
     fp8_saved_input_bytes_per_element,
     fp8_weight_copy_bytes_per_param,
 )
-
-LLAMA8B = {
-    "name": "llama3-8b-shape",
-    "num_layers": 32,
-    "hidden_size": 4096,
-    "num_heads": 32,
-    "num_kv_heads": 8,
-    "head_dim": 128,
-    "ffn_size": 14336,
-    "ffn_kind": "swiglu",
-    "vocab_size": 128256,
-    "position_encoding": "rotary",
-}
 
 
 @pytest.mark.parametrize(
