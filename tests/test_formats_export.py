@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import re
 import shlex
@@ -307,6 +308,230 @@ def test_megatron_says_whole_activation_sends_are_not_expressed(tmp_path: Path) 
         "pipeline_scatter_gather" in line
         for line in export_plan(str(PLAN_1D), "megatron").not_expressed
     )
+
+
+# -- context parallelism --------------------------------------------------------------
+
+# The Llama-3-8B shape on 32,768-token sequences, every degree pinned (the plan
+# only prices them): TP x CP x DP on 8 HGX H100 nodes or a TPU v5p slice.
+CP_MODEL = {
+    "name": "llama3-8b-shape", "num_layers": 32, "hidden_size": 4096, "num_heads": 32,
+    "num_kv_heads": 8, "head_dim": 128, "ffn_size": 14336, "ffn_kind": "swiglu",
+    "vocab_size": 128256, "position_encoding": "rotary",
+}  # fmt: skip
+# case -> (cluster, tensor parallel, context parallel, key/value exchange, ZeRO stage)
+CP_CASES = {
+    "gpu-p2p": ("h100-hgx-8n", 2, 4, "p2p", 1),
+    "gpu-all_gather": ("h100-hgx-8n", 2, 4, "all_gather", 0),
+    "gpu-a2a": ("h100-hgx-8n", 2, 4, "a2a", 1),
+    "gpu-p2p-across-nodes": ("h100-hgx-8n", 1, 16, "p2p", 1),  # 8 GPUs a node: 2 nodes
+    "tpu-p2p": ("tpu-v5p-256", 4, 4, "p2p", 1),
+    "tpu-a2a": ("tpu-v5p-256", 2, 4, "a2a", 1),
+}
+
+
+def cp_plan_file(folder: Path, case: str) -> Path:
+    """`meshtune plan --out` of one CP_CASES case, written into `folder`."""
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    cluster, tp, cp, comm, zero = CP_CASES[case]
+    spec = {
+        "model": CP_MODEL,
+        "training": {
+            "global_batch_sequences": 64, "sequence_length": 32768, "tensor_parallel": tp,
+            "context_parallel": cp, "context_parallel_comm": comm, "pipeline_parallel": 1,
+            "micro_batch_size": 1, "recompute": "full", "zero_stage": zero,
+        },
+        "cluster": cluster,
+    }  # fmt: skip
+    source, plan = folder / f"{case}.yaml", folder / f"{case}.json"
+    source.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(main, ["plan", str(source), "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(plan.read_text())["configuration"]
+    assert (doc["context_parallel"], doc["context_parallel_comm"]) == (cp, comm)
+    return plan
+
+
+@pytest.fixture(scope="module")
+def cp_plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("cp-plans")
+    return {case: cp_plan_file(folder, case) for case in CP_CASES}
+
+
+def _files(plan: Path, target: str) -> dict[str, str]:
+    return {f.name: f.text for f in export_plan(str(plan), target).files}
+
+
+def test_context_parallel_in_every_header(cp_plans: dict[str, Path]) -> None:
+    """Every target's header names the context group and counts its chips."""
+    for target in TARGETS:
+        result = export_plan(str(cp_plans["gpu-p2p"]), target)
+        for f in result.files:
+            assert "context parallel 4 (p2p), data parallel 8" in f.text, (target, f.name)
+            assert ", 64 chips" in f.text, (target, f.name)
+        # and a plan without context parallelism says nothing of it
+        for f in export_plan(str(PLAN_1D), target).files:
+            assert "context parallel" not in f.text, (target, f.name)
+
+
+@pytest.mark.parametrize("key_set", ["megatron-arguments.json", "megatron-arguments-000c4ac2.json"])
+@pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a", "gpu-p2p-across-nodes"])
+def test_megatron_context_parallel_flags(
+    cp_plans: dict[str, Path], case: str, key_set: str
+) -> None:
+    """--context-parallel-size and --cp-comm-type, both in the parser's key
+    set at d98e8a64 and at 000c4ac2 (megatron/training/arguments.py); the
+    plan's p2p, all_gather and a2a are TransformerConfig.cp_comm_type's values.
+    Megatron derives data parallel = world / (TP x PP x CP), so the global
+    batch is micro x that x micro-batches."""
+    flags = _fixture(key_set)["flags"]
+    assert (flags["--context-parallel-size"], flags["--cp-comm-type"]) == ("int", "str")
+    _, tp, cp, comm, _ = CP_CASES[case]
+    result = export_plan(str(cp_plans[case]), "megatron")
+    text = {f.name: f.text for f in result.files}["megatron_args.sh"]
+    words = _megatron_args(text)
+    assert all(w in flags for w in words if w.startswith("--"))
+    seen = {w: words[i + 1] for i, w in enumerate(words[:-1]) if flags.get(w) in ("int", "str")}
+    assert seen["--context-parallel-size"] == str(cp)
+    assert seen["--cp-comm-type"] == comm
+    assert seen["--tensor-model-parallel-size"] == str(tp)
+    config = json.loads(cp_plans[case].read_text())["configuration"]
+    world = config["num_chips"]
+    assert world == tp * cp * config["data_parallel"] * config["pipeline_parallel"]
+    dp = world // (tp * cp * int(seen["--pipeline-model-parallel-size"]))
+    assert dp == config["data_parallel"]
+    micro = int(seen["--micro-batch-size"])
+    assert micro * dp * config["micro_batches"] == int(seen["--global-batch-size"])
+    # validate_args asserts it with tensor or context parallelism (before Blackwell)
+    assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n" in text
+    assert f"data parallel {dp} = world size / (TP x CP x PP): launch {world} GPUs" in (
+        result.assumed
+    )
+
+
+def test_megatron_without_context_parallelism_writes_no_cp_flag() -> None:
+    words = _megatron_args(_files(PLAN_1D, "megatron")["megatron_args.sh"])
+    assert "--context-parallel-size" not in words and "--cp-comm-type" not in words
+
+
+@pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a", "gpu-p2p-across-nodes"])
+def test_torchtitan_context_parallel_degree(cp_plans: dict[str, Path], case: str) -> None:
+    """context_parallel_degree is the plan's, the degrees multiply to the
+    world (ParallelDims._validate); only all_gather is torchtitan 0.3.0's
+    FlexAttention exchange, p2p and a2a are not-expressed lines."""
+    _, _, cp, comm, zero = CP_CASES[case]
+    result = export_plan(str(cp_plans[case]), "torchtitan")
+    values = _module_constants(result.files[0].text)
+    p = values["PARALLELISM"]
+    assert p["context_parallel_degree"] == cp
+    assert p["context_parallel_load_balancer"] == "headtail"
+    config = json.loads(cp_plans[case].read_text())["configuration"]
+    degrees = (
+        p["data_parallel_replicate_degree"] * p["data_parallel_shard_degree"]
+        * p["context_parallel_degree"] * p["tensor_parallel_degree"]
+        * p["pipeline_parallel_degree"]
+    )  # fmt: skip
+    assert degrees == config["num_chips"] == 64
+    comm_lines = [n for n in result.not_expressed if n.startswith("context_parallel_comm")]
+    assert len(comm_lines) == (comm != "all_gather")
+    # FSDP runs over dp_shard x cp whenever context parallelism is on
+    assert p["fsdp_reshard_after_forward"] == "never"
+    assert any(n.startswith("ZeRO stage 0 with context") for n in result.not_expressed) == (
+        zero == 0
+    )
+
+
+def test_torchtitan_without_context_parallelism_stays_at_degree_1() -> None:
+    p = _module_constants(_files(PLAN_1D, "torchtitan")["meshtune_torchtitan.py"])["PARALLELISM"]
+    assert p["context_parallel_degree"] == 1
+    assert "context_parallel_load_balancer" not in p
+
+
+# case -> (ici_context, dcn_context, strategy, load balance, extra keys)
+MAXTEXT_CP = {
+    "gpu-p2p": (4, 1, "ring", True, {"hardware": "gpu"}),
+    "gpu-all_gather": (4, 1, "all_gather", True, {"hardware": "gpu"}),
+    "gpu-a2a": (4, 1, "all_gather", True, {"hardware": "gpu"}),  # Ulysses is TPU-only
+    "gpu-p2p-across-nodes": (8, 2, "ring", True, {"hardware": "gpu"}),
+    "tpu-p2p": (4, 1, "ring", True, {"attention": "flash", "use_tokamax_splash": True}),
+    "tpu-a2a": (4, 1, "ulysses", False, {"attention": "flash", "use_tokamax_splash": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(MAXTEXT_CP))
+def test_maxtext_context_parallelism(cp_plans: dict[str, Path], case: str) -> None:
+    """ici/dcn_context_parallelism, context_parallel_strategy and
+    context_parallel_load_balance against MaxText 0.2.5's base.yml key set
+    and the rules of its configs/types.py (tests/trainers/maxtext_check.py
+    loads them with MaxText)."""
+    known = _fixture("maxtext-base-yml.json")["keys"]
+    ici, dcn, strategy, balance, extra = MAXTEXT_CP[case]
+    result = export_plan(str(cp_plans[case]), "maxtext")
+    config = yaml.safe_load(result.files[0].text)
+    assert set(config) - {"base_config"} <= set(known)
+    assert (config["ici_context_parallelism"], config["dcn_context_parallelism"]) == (ici, dcn)
+    assert config["context_parallel_strategy"] == strategy
+    assert config["context_parallel_load_balance"] is balance
+    for key, value in extra.items():
+        assert config[key] == value, key
+    fallback = [n for n in result.not_expressed if n.startswith("context_parallel_comm")]
+    assert len(fallback) == (case == "gpu-a2a")
+    # every device once: global batch = per-device batch x devices x accumulation
+    devices = math.prod(
+        v for k, v in config.items() if re.fullmatch(r"(ici|dcn)_\w+_parallelism", k)
+    )
+    assert devices == json.loads(cp_plans[case].read_text())["configuration"]["num_chips"]
+    slices = config.get("num_slices", 1)
+    dcn_product = math.prod(v for k, v in config.items() if re.fullmatch(r"dcn_\w+", k))
+    assert dcn_product == slices
+    accumulation = config.get("gradient_accumulation_steps", 1)
+    assert config["per_device_batch_size"] * devices * accumulation == 64
+
+
+def test_maxtext_without_context_parallelism_writes_no_context_key() -> None:
+    config = yaml.safe_load(_files(PLAN_1D, "maxtext")["maxtext.yml"])
+    assert not [k for k in config if "context" in k or k == "hardware"]
+
+
+# case -> parallel_config and model_config keys of the key/value exchange
+MINDFORMERS_CP = {
+    "gpu-p2p": ({}, {"use_ring_attention": True}),
+    "gpu-all_gather": ({}, {}),
+    "gpu-a2a": ({"context_parallel_algo": "hybrid_cp", "ulysses_degree_in_cp": 4}, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(MINDFORMERS_CP))
+def test_mindformers_context_parallelism(cp_plans: dict[str, Path], case: str) -> None:
+    """parallel_config.context_parallel and the exchange: ring attention
+    (p2p), MindSpore's gather of whole keys and values (all_gather), the
+    Ulysses degree (a2a); tests/trainers/mindformers_check.py loads them."""
+    parallel, model = MINDFORMERS_CP[case]
+    config = yaml.safe_load(_files(cp_plans[case], "mindformers")["mindformers.yaml"])
+    pc = config["parallel_config"]
+    assert pc["context_parallel"] == 4 and pc["data_parallel"] == 8
+    for key in ("context_parallel_algo", "ulysses_degree_in_cp"):
+        assert pc.get(key) == parallel.get(key), key
+    mc = config["model"]["model_config"]
+    assert mc.get("use_ring_attention") == model.get("use_ring_attention")
+    # global batch: batch_size x data_parallel x accumulation (context chips share sequences)
+    runner = config["runner_config"]
+    assert runner["batch_size"] * pc["data_parallel"] * runner["gradient_accumulation_steps"] == 64
+
+
+def test_mindformers_without_context_parallelism_leaves_the_templates_1() -> None:
+    config = yaml.safe_load(_files(PLAN_1D, "mindformers")["mindformers.yaml"])
+    assert "context_parallel" not in config["parallel_config"]
+    assert "use_ring_attention" not in config["model"]["model_config"]
+
+
+def test_jax_export_says_context_parallelism_is_the_users(cp_plans: dict[str, Path]) -> None:
+    result = export_plan(str(cp_plans["gpu-p2p"]), "jax")
+    (line,) = [n for n in result.not_expressed if n.startswith("context parallel 4")]
+    assert "1/4 of every sequence" in line
 
 
 # -- the JAX module runs -------------------------------------------------------------

@@ -63,6 +63,7 @@ def plan_values(doc: dict) -> dict[str, object]:
     per_chunk = [stage["layers_per_chunk"][j] for j in range(c["interleave"]) for stage in stages]
     return {
         "tensor_parallel": c["tensor_parallel"],
+        "context_parallel": c.get("context_parallel", 1),
         "pipeline_parallel": c["pipeline_parallel"],
         "data_parallel": c["data_parallel"],
         "interleave": c["interleave"],
@@ -114,6 +115,7 @@ def _compare(loaded: dict, expected: dict, keys: list[str]) -> list[str]:
 
 SHARED_KEYS = [
     "tensor_parallel",
+    "context_parallel",
     "pipeline_parallel",
     "data_parallel",
     "interleave",
@@ -132,6 +134,33 @@ SHARED_KEYS = [
 
 def _is_1d(doc: dict) -> bool:
     return min(doc["mesh"]["num_rows"], doc["mesh"]["num_cols"]) == 1
+
+
+def _context(doc: dict) -> tuple[int, str]:
+    """The plan's context-parallel degree and key/value exchange."""
+    c = doc["configuration"]
+    return c.get("context_parallel", 1), c.get("context_parallel_comm", "p2p")
+
+
+@pytest.fixture(scope="module")
+def cp_plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Plans pinning context parallelism 4 (16 across nodes) with each
+    key/value exchange, on H100 nodes and a TPU v5p slice
+    (tests/test_formats_export.py CP_CASES)."""
+    from test_formats_export import CP_CASES, cp_plan_file
+
+    folder = tmp_path_factory.mktemp("cp-plans")
+    return {case: cp_plan_file(folder, case) for case in CP_CASES}
+
+
+CP_CASE_NAMES = [
+    "gpu-p2p",
+    "gpu-all_gather",
+    "gpu-a2a",
+    "gpu-p2p-across-nodes",
+    "tpu-p2p",
+    "tpu-a2a",
+]
 
 
 # -- MindFormers ---------------------------------------------------------------
@@ -158,6 +187,31 @@ def test_mindformers_loads_every_example(plans: dict[str, Path], case: str, tmp_
     assert loaded["parallel_optimizer_level"] == (f"level{zero}" if zero else None)
     if zero == 1:
         assert any(line.startswith("ZeRO stage 1") for line in not_expressed)
+    _check_mindformers_context(loaded, doc)
+
+
+def _check_mindformers_context(loaded: dict, doc: dict) -> None:
+    """Ring attention for p2p, the whole group as the Ulysses degree for a2a,
+    neither for all_gather (MindSpore gathers whole keys and values)."""
+    cp, comm = _context(doc)
+    assert loaded["use_ring_attention"] == (cp > 1 and comm == "p2p")
+    assert loaded["ulysses_degree"] == (cp if cp > 1 and comm == "a2a" else 1)
+
+
+@pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a"])
+def test_mindformers_loads_context_parallel_plans(
+    cp_plans: dict[str, Path], case: str, tmp_path: Path
+) -> None:
+    """parallel_config.context_parallel becomes the mcore
+    context_parallel_size; the exchange becomes ring attention or the
+    Ulysses degree; the global batch stays data parallel x micro-batches."""
+    doc = json.loads(cp_plans[case].read_text())
+    assert _export(cp_plans[case], "mindformers", tmp_path)[0] == 0
+    python = _venv("mindformers")
+    loaded = _check(python, "mindformers_check.py", tmp_path / "mindformers.yaml")
+    assert _compare(loaded, plan_values(doc), SHARED_KEYS) == []
+    assert loaded["context_parallel"] == 4
+    _check_mindformers_context(loaded, doc)
 
 
 def test_mindformers_global_batch_is_the_plans_with_and_without_pipeline(
@@ -240,6 +294,34 @@ def test_megatron_loads_every_example(plans: dict[str, Path], case: str, tmp_pat
     assert loaded["distributed_optimizer"] == (c["zero_stage"] >= 1)
     if c["zero_stage"] >= 2:
         assert any(line.startswith(f"ZeRO stage {c['zero_stage']}") for line in not_expressed)
+    cp, comm = _context(doc)
+    if cp > 1:
+        assert loaded["cp_comm_type"] == comm
+
+
+@pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a", "gpu-p2p-across-nodes"])
+def test_megatron_loads_context_parallel_plans(
+    cp_plans: dict[str, Path], case: str, tmp_path: Path
+) -> None:
+    """--context-parallel-size and --cp-comm-type through parse_args and
+    validate_args: data parallel = world / (TP x PP x CP) is the plan's, and
+    TransformerConfig.cp_comm_type its exchange."""
+    doc = json.loads(cp_plans[case].read_text())
+    assert _export(cp_plans[case], "megatron", tmp_path)[0] == 0
+    checkout = os.environ.get("MEGATRON_LM_DIR")
+    if not checkout:
+        pytest.skip(MEGATRON_SKIP)
+    path = os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p)
+    world = str(doc["configuration"]["num_chips"])
+    loaded = _check(
+        Path(sys.executable),
+        "megatron_check.py",
+        tmp_path / "megatron_args.sh",
+        world,
+        env={"PYTHONPATH": path},
+    )
+    assert _compare(loaded, plan_values(doc), SHARED_KEYS) == []
+    assert loaded["cp_comm_type"] == _context(doc)[1]
 
 
 # -- torchtitan ------------------------------------------------------------------
@@ -280,6 +362,32 @@ def test_torchtitan_loads_and_builds_every_example(
         assert loaded["fsdp_reshard_after_forward"] == reshard
     if zero == 1:
         assert any(line.startswith("ZeRO stage 1") for line in not_expressed)
+    _check_torchtitan_context(loaded, doc, not_expressed)
+
+
+def _check_torchtitan_context(loaded: dict, doc: dict, not_expressed: list[str]) -> None:
+    """FSDP over dp_shard x cp; an exchange other than all_gather (FlexAttention's
+    key/value all-gather) is a not-expressed line."""
+    cp, comm = _context(doc)
+    assert loaded["fsdp"] == loaded["data_parallel_shard"] * cp
+    if cp > 1:
+        assert loaded["context_parallel_load_balancer"] == "headtail"
+        noted = any(line.startswith("context_parallel_comm") for line in not_expressed)
+        assert noted == (comm != "all_gather")
+
+
+@pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a", "gpu-p2p-across-nodes"])
+def test_torchtitan_builds_context_parallel_plans(
+    cp_plans: dict[str, Path], case: str, tmp_path: Path
+) -> None:
+    """context_parallel_degree builds the cp mesh of the plan's world (the
+    degrees multiply to it) with FlexAttention's context-parallel forward."""
+    doc = json.loads(cp_plans[case].read_text())
+    loaded, not_expressed = _torchtitan(cp_plans[case], tmp_path)
+    assert _compare(loaded, plan_values(doc), SHARED_KEYS) == []
+    _check_torchtitan_context(loaded, doc, not_expressed)
+    if doc["configuration"]["zero_stage"] == 0:
+        assert any(line.startswith("ZeRO stage 0 with context") for line in not_expressed)
 
 
 def test_torchtitan_0_3_0_has_no_toml_loader_so_the_export_is_a_config_module(tmp_path: Path):
@@ -397,13 +505,52 @@ def test_maxtext_loads_every_example(plans: dict[str, Path], case: str, tmp_path
     assert loaded["interleave"] == chunks
     built = [loaded["layers_per_stage_and_chunk"]] * (stages * chunks)
     if built != expected["virtual_stage_layers"]:
-        assert any(line.startswith("layer split") for line in not_expressed), not_expressed
+        # an uneven split, or a layer count the stages x chunks do not divide
+        notes = ("layer split", f"layers {expected['num_layers']} over")
+        assert any(line.startswith(notes) for line in not_expressed), not_expressed
     vocab = doc["provenance"]["model"].get("vocab_size")
     if vocab is not None:
         assert vocab <= loaded["vocab_size"] < vocab + 128 * loaded["tensor_parallel"]
     remat = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
     assert loaded["remat_policy"] == remat[c["recompute"]]
     assert loaded["dtype"] == {"bf16": "bfloat16", "fp32": "float32"}[c["dtype"]]
+    _check_maxtext_context(loaded, doc, not_expressed)
+
+
+def _check_maxtext_context(loaded: dict, doc: dict, not_expressed: list[str]) -> None:
+    """The exchange as MaxText's context_parallel_strategy (ring, all_gather,
+    ulysses), or all_gather with a not-expressed line; load balancing except
+    for Ulysses."""
+    cp, comm = _context(doc)
+    if cp == 1:
+        return
+    strategy = {"p2p": "ring", "all_gather": "all_gather", "a2a": "ulysses"}[comm]
+    if loaded["context_parallel_strategy"] != strategy:
+        assert loaded["context_parallel_strategy"] == "all_gather"
+        assert any(line.startswith(f"context_parallel_comm {comm}") for line in not_expressed)
+    assert loaded["context_parallel_load_balance"] == (
+        loaded["context_parallel_strategy"] != "ulysses"
+    )
+
+
+@pytest.mark.parametrize("case", CP_CASE_NAMES)
+def test_maxtext_loads_context_parallel_plans(
+    cp_plans: dict[str, Path], case: str, tmp_path: Path
+) -> None:
+    """ici/dcn_context_parallelism build the mesh's context axis; the strategy
+    passes MaxText's validation (ring on TPU with the Tokamax splash kernel,
+    on GPUs with hardware gpu; Ulysses on TPU); the model is traced except
+    Ulysses', whose kernel refuses CPU devices."""
+    doc = json.loads(cp_plans[case].read_text())
+    loaded, not_expressed = _maxtext(cp_plans[case], tmp_path)
+    assert _compare(loaded, plan_values(doc), MAXTEXT_KEYS) == []
+    assert loaded["mesh"]["context"] == doc["configuration"]["context_parallel"]
+    assert loaded["data_parallel"] == doc["configuration"]["data_parallel"]
+    _check_maxtext_context(loaded, doc, not_expressed)
+    if loaded["context_parallel_strategy"] == "ulysses":
+        assert "only supported on TPU" in loaded["traced"]
+    else:
+        assert loaded["traced"] is True
 
 
 def test_maxtext_current_release_refused_ici_tensor_transpose_parallelism(

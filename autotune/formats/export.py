@@ -70,10 +70,16 @@ class Notes:
 def header_lines(view: PlanView, target: str, keys_from: str, notes: Notes) -> list[str]:
     """The comment lines every exported file starts with (without markers)."""
     t = view.training
+    # context parallelism named only where the plan uses it (CP 1 headers unchanged)
+    context = (
+        f"context parallel {view.context_parallel} ({view.context_comm}), "
+        if view.context_parallel > 1
+        else ""
+    )
     lines = [
         f"meshtune export --to {target}, from {view.source_name} "
         f"({PLAN_SCHEMA}, meshtune {__version__})",
-        f"{view.model.name}: {view.num_rows} x {view.num_cols} tensor-parallel mesh, "
+        f"{view.model.name}: {view.num_rows} x {view.num_cols} tensor-parallel mesh, {context}"
         f"data parallel {t.data_parallel}, pipeline parallel {t.pipeline_parallel}, "
         f"{view.micro_batches} micro-batch(es) of {view.micro_batch_sequences} sequence(s), "
         f"{view.total_chips} chips",

@@ -204,6 +204,13 @@ def export_jax(view: PlanView) -> Export:
             "this module covers one tensor-parallel group's FC layers; add the outer axes "
             "to your own mesh"
         )
+    if view.context_parallel > 1:
+        notes.drop(
+            f"context parallel {view.context_parallel} ({view.context_comm}): the FC layers' "
+            f"tokens are each chip's 1/{view.context_parallel} of every sequence; split "
+            "sequences over a context axis of your mesh and exchange keys and values in your "
+            "attention"
+        )
     for tr in view.doc.fc.transposes:
         notes.drop(
             f"transpose at {tr.where} ({tr.rows} x {tr.cols}, every block, forward and "

@@ -27,6 +27,24 @@ name) put the weights' embed dimension on `tensor_sequence` and heads, MLP
 and vocabulary on `tensor` only; base.yml alone would shard all of those
 over both axes at once (1D over their product) and leave embed whole.
 
+Context parallelism (the plan's `context_parallel` > 1):
+`ici_context_parallelism` / `dcn_context_parallelism` (base.yml lines 786
+and 773 of the 0.2.5 wheel; the DCN part is the context group's chips in
+other slices or, on GPUs, other nodes, as for data and pipeline),
+`context_parallel_strategy` (base.yml line 1349: "all_gather", "ring",
+"ulysses" or "usp"; the plan's p2p is ring, a2a is ulysses) and
+`context_parallel_load_balance` (line 1348, true: the 2 x cp causal chunks
+the plan prices). configs/types.py validates them (lines 5169-5316):
+ring on TPU needs `attention: flash` and `use_tokamax_splash: true`, an
+even degree and max_target_length divisible by its square; Ulysses runs on
+TPU only, with the same kernel, load balancing off, no DCN part and query
+and key/value heads divisible by the degree; ring on GPUs needs `hardware:
+gpu`. On GPUs MaxText's context-parallel attention is Transformer Engine's
+(`attention: cudnn_flash_te`, layers/attention_op.py
+`cudnn_flash_attention`), a choice of the user's build, noted rather than
+written. A strategy MaxText refuses for the plan falls back to all_gather,
+noted.
+
 Pipeline: MaxText gives every stage the same number of layers per chunk
 (`num_layers_per_pipeline_stage`; `num_layers / (stages x that)` chunks,
 the repeats); a layer count that does not divide pipelines
@@ -68,6 +86,77 @@ GPU_FLAGS = (
 )
 
 
+# The plan's key/value exchange -> MaxText's context_parallel_strategy.
+_CP_STRATEGY = {"p2p": "ring", "all_gather": "all_gather", "a2a": "ulysses"}
+
+
+def _on_tpu(view: PlanView) -> bool:
+    """Whether the plan's cluster is TPU slices (a torus), not GPU nodes."""
+    return view.doc.provenance.cluster.get("topology") == "torus"
+
+
+def _strategy_refusal(view: PlanView, strategy: str, dcn: int) -> str | None:
+    """Why MaxText 0.2.5 refuses `strategy` for the plan (configs/types.py
+    lines 5193-5316), or None."""
+    cp, m, tpu = view.context_parallel, view.model, _on_tpu(view)
+    seq = view.training.sequence_length
+    if strategy == "ring" and tpu:
+        if cp % 2 or seq % (cp * cp):
+            return (
+                f"TPU ring attention needs an even degree and max_target_length divisible by "
+                f"{cp} x {cp}"
+            )
+    if strategy == "ulysses":
+        if not tpu:
+            return "MaxText runs Ulysses on TPUs only"
+        if dcn > 1:
+            return f"MaxText's Ulysses takes no DCN part (the group spans {dcn} slices)"
+        if m.num_heads % cp or m.kv_heads % cp or m.kv_heads == 1:
+            return (
+                f"MaxText's Ulysses needs query and key/value heads ({m.num_heads}, "
+                f"{m.kv_heads}) divisible by {cp}"
+            )
+    return None
+
+
+def _context(view: PlanView, notes: Notes) -> dict[str, object]:
+    """MaxText's context-parallel keys for the plan (none without context
+    parallelism: base.yml's defaults are the plan's)."""
+    cp = view.context_parallel
+    if cp == 1:
+        return {}
+    dcn = view.dcn_size("context")
+    out: dict[str, object] = {"ici_context_parallelism": cp // dcn, "dcn_context_parallelism": dcn}
+    strategy = _CP_STRATEGY[view.context_comm]
+    refusal = _strategy_refusal(view, strategy, dcn)
+    if refusal:
+        notes.drop(
+            f"context_parallel_comm {view.context_comm} ({strategy}): {refusal}; written as "
+            "all_gather"
+        )
+        strategy = "all_gather"
+    out["context_parallel_strategy"] = strategy
+    # Ulysses attends over whole sequences after its all-to-all: MaxText refuses the reorder
+    out["context_parallel_load_balance"] = strategy != "ulysses"
+    if _on_tpu(view):
+        if strategy in ("ring", "ulysses"):
+            out.update({"attention": "flash", "use_tokamax_splash": True})
+    else:
+        out["hardware"] = "gpu"
+        notes.assume(
+            "on GPUs MaxText's context-parallel attention is Transformer Engine's: run with "
+            "attention=cudnn_flash_te (and max_segments_per_seq for packed data) where it is "
+            "installed"
+        )
+    if view.zero_stage < 3:
+        notes.drop(
+            f"context parallel {cp} with ZeRO stage {view.zero_stage}: MaxText's logical axis "
+            "rules shard the weights' embed dimension over the context axis too, so weights "
+            f"and optimizer state are sharded over the {cp} context-parallel chips"
+        )
+    return out
+
+
 def _embed_axis(view: PlanView) -> str:
     """The mesh axis of the FFN up-projection weight's input (embed) dimension."""
     for name in ("ffn_up", "qkv"):
@@ -100,7 +189,8 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
         "dcn_fsdp_parallelism": dcn_dp if zero3 else 1,
         "dcn_pipeline_parallelism": dcn_pp,
     }
-    slices = dcn_dp * dcn_pp
+    out.update(_context(view, notes))
+    slices = dcn_dp * dcn_pp * view.dcn_size("context")
     if slices > 1:
         # GPUs report one slice: MaxText refuses dcn_* degrees without num_slices
         out["num_slices"] = slices

@@ -17,6 +17,24 @@ fecb10bd: GEMMs `{qkv,proj,fc1,fc2}_{fprop,dgrad,wgrad}`, methods
 `ring_exchange`, `pipeline` (reduce-scatter only) and `bulk`, and
 `num_splits` for `pipeline` (ring exchange always runs `tp_size` steps).
 
+Context parallelism (the plan's `context_parallel` > 1):
+`--context-parallel-size` (a field of `ModelParallelConfig`,
+megatron/core/model_parallel_config.py line 100, made a flag by the
+`ArgumentGroupFactory(TransformerConfig)` of arguments.py line 2373 at
+d98e8a64; `add_argument` at arguments.py line 2760 at 000c4ac2) and
+`--cp-comm-type` (arguments.py line 3221 at d98e8a64, line 2762 at
+000c4ac2): the plan's p2p, all_gather and a2a are the values
+`TransformerConfig.cp_comm_type` takes (transformer_config.py lines
+1030-1044 at d98e8a64) and Transformer Engine dispatches on
+(NVIDIA/TransformerEngine `transformer_engine/pytorch/attention/
+dot_product_attention/context_parallel.py` `attn_forward_func_with_cp`,
+lines 5096-5139 at d0067d0d; the parser's help spells it "allgather", which
+TE refuses as an unsupported communication type). Megatron derives data
+parallel = world / (TP x PP x CP) (validate_args, arguments.py lines 442-448
+at d98e8a64), so the plan's data parallel and micro-batches give the same
+global batch; its distributed optimizer shards over data x context, as the
+plan's ZeRO does.
+
 Mapping: Megatron's column-parallel layers (QKV, FC1) all-gather their
 input in the forward GEMM and reduce-scatter in the data-gradient GEMM; the
 row-parallel ones (output projection, FC2) reduce-scatter forward and
@@ -66,9 +84,21 @@ _SUFFIX = {"forward": "fprop", "backward_data": "dgrad", "backward_weight": "wgr
 def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     t, m = view.training, view.model
     tp = view.tensor_parallel
+    cp = view.context_parallel
     args: list[tuple[str, object]] = [
         ("--tensor-model-parallel-size", tp),
         ("--pipeline-model-parallel-size", t.pipeline_parallel),
+    ]
+    if cp > 1:
+        # Both flags at d98e8a64 and at 000c4ac2 (module docstring); Megatron's
+        # defaults (1, p2p) are left implicit for a plan without context parallelism.
+        args += [("--context-parallel-size", cp), ("--cp-comm-type", view.context_comm)]
+        notes.assume(
+            "context parallelism runs in Transformer Engine's attention (Megatron's default "
+            "--transformer-impl transformer_engine); TE before 1.10 ignores --cp-comm-type "
+            "and runs p2p (megatron/core/extensions/transformer_engine.py line 2139)"
+        )
+    args += [
         ("--micro-batch-size", t.micro_batch_sequences),
         ("--global-batch-size", t.global_batch_sequences),
         ("--seq-length", t.sequence_length),
@@ -139,8 +169,10 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             f"ZeRO stage {view.zero_stage}: --use-distributed-optimizer shards the optimizer "
             "state only (ZeRO-1); gradients and weights stay replicated"
         )
+    model_group = "TP x CP x PP" if cp > 1 else "TP x PP"
     notes.assume(
-        f"data parallel {t.data_parallel} = world size / (TP x PP): launch {view.total_chips} GPUs"
+        f"data parallel {t.data_parallel} = world size / ({model_group}): launch "
+        f"{view.total_chips} GPUs"
     )
     notes.assume("max position embeddings = sequence length")
     return args
@@ -287,11 +319,14 @@ def export_megatron(view: PlanView) -> Export:
         args.append(("--tp-comm-overlap-rs-dgrad", None))
     head = commented(header_lines(view, "megatron", KEYS_FROM, notes))
     env = ""
-    if view.tensor_parallel > 1:
-        # validate_args asserts it with tensor parallelism before Blackwell
-        # (megatron/training/arguments.py at the cited commit)
+    if view.tensor_parallel > 1 or view.context_parallel > 1:
+        # validate_args asserts it with tensor or context parallelism before
+        # Blackwell (megatron/training/arguments.py lines 1453-1479 at d98e8a64)
+        which = "tensor" if view.context_parallel == 1 else "tensor or context"
+        if view.tensor_parallel == 1:
+            which = "context"
         env = (
-            "# Megatron-LM requires this with tensor parallelism on GPUs before Blackwell\n"
+            f"# Megatron-LM requires this with {which} parallelism on GPUs before Blackwell\n"
             "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
         )
     body = "MEGATRON_ARGS=(\n"

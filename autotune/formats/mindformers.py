@@ -28,6 +28,25 @@ transformer/utils.py` LayerSetting, MindSpore
   (the template turns it on) and `parallel_optimizer_config.optimizer_level`;
   MindSpore refuses `gradient_accumulation_shard` beside any level but
   level2, so that section replaces the template's whole.
+- Context parallelism (the plan's `context_parallel` > 1; line numbers of
+  the 2.0.0 wheel): `parallel_config.context_parallel` becomes the mcore
+  `context_parallel_size` (parallel_core/transformer_config_utils.py line
+  213) and splits the sequence of every activation. The key/value exchange
+  is the flash-attention layout (parallel_core/training_graph/transformer/
+  flash_attention.py lines 228-245): by default keys and values are left
+  whole over the context group, so MindSpore all-gathers them (the plan's
+  all_gather; `context_parallel_algo: colossalai_cp`, whose cp_comm_type is
+  "all_gather", transformer_config_utils.py lines 66-89);
+  `model_config.use_ring_attention: true` shards them too and sets
+  FlashAttentionScore's `enable_ring_attention` with send/receive (lines
+  155-161; the plan's p2p); `parallel_config.ulysses_degree_in_cp` is the
+  mcore `hierarchical_context_parallel_sizes` (transformer_config_utils.py
+  line 393), the Ulysses all-to-all degree of the attention (training_graph/
+  transformer/attention.py lines 164-180), the whole group for the plan's
+  a2a with `context_parallel_algo: hybrid_cp` (the legacy parallel config
+  takes a Ulysses degree only with hybrid_cp, modules/transformer/
+  transformer.py lines 607-615). Global batch stays batch_size x
+  data_parallel x micro-batches.
 - Model shape: the mcore names (`num_hidden_layers`, `num_attention_heads`,
   `num_key_value_heads`, `intermediate_size`, `head_dim`); the legacy names
   (`num_layers`, `num_heads`, `n_kv_heads`) are refused or ignored there.
@@ -98,6 +117,13 @@ def export_mindformers(view: PlanView) -> Export:
         "pipeline_stage": pp,
         "micro_batch_num": view.micro_batches if pp > 1 else 1,
     }
+    cp = view.context_parallel
+    if cp > 1:
+        # the template's own context_parallel (1) stays for plans without it
+        parallel_config["context_parallel"] = cp
+        if view.context_comm == "a2a":
+            parallel_config["context_parallel_algo"] = "hybrid_cp"
+            parallel_config["ulysses_degree_in_cp"] = cp
     runner = {
         "batch_size": view.micro_batch_sequences,
         "gradient_accumulation_steps": 1 if pp > 1 else view.micro_batches,
@@ -151,6 +177,8 @@ def export_mindformers(view: PlanView) -> Export:
         notes.drop(f"dtype {t.dtype.value}: MindFormers' compute_dtype has no such value")
     if vp > 1:
         model["pp_interleave_num"] = vp
+    if cp > 1 and view.context_comm == "p2p":
+        model["use_ring_attention"] = True
     model["offset"] = layer_offsets(view) if pp > 1 else 0
     if m.ffn_kind != FfnKind.SWIGLU or m.position_encoding != PositionEncoding.ROTARY:
         notes.drop(

@@ -1,8 +1,8 @@
 """A `meshtune.plan/3` document read for export: the strict schema
 (`PlanDocument`), the model it embeds, the configuration's training as a
 resolved spec, and the few derived facts every writer needs
-(tensor-parallel degree, 1D or 2D, micro-batches, interleaving,
-recomputation, ZeRO stage, layers per stage)."""
+(tensor-parallel degree, 1D or 2D, context parallelism, micro-batches,
+interleaving, recomputation, ZeRO stage, layers per stage)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,21 @@ class PlanView:
         return "row" if self.num_rows > 1 else "col"
 
     @property
+    def context_parallel(self) -> int:
+        """Chips each sequence is split over (1: no context parallelism)."""
+        return self.doc.configuration.context_parallel
+
+    @property
+    def context_comm(self) -> str:
+        """The context group's key/value exchange: p2p (ring attention),
+        all_gather or a2a (DeepSpeed-Ulysses), Megatron-LM's --cp-comm-type."""
+        return self.doc.configuration.context_parallel_comm
+
+    @property
     def total_chips(self) -> int:
-        """Data parallel x pipeline parallel x tensor parallel."""
+        """Data parallel x pipeline parallel x context parallel x tensor parallel."""
         t = self.training
-        return t.data_parallel * t.pipeline_parallel * self.tensor_parallel
+        return t.data_parallel * t.pipeline_parallel * self.context_parallel * self.tensor_parallel
 
     @property
     def micro_batches(self) -> int:
@@ -174,6 +185,8 @@ def resolved_training(doc: PlanDocument, path: str) -> TrainingSpec:
         "dtype": c.dtype,
         "data_parallel": c.data_parallel,
         "pipeline_parallel": c.pipeline_parallel,
+        "context_parallel": c.context_parallel,
+        "context_parallel_comm": c.context_parallel_comm,
         "micro_batch_size": c.micro_batch_size,
         "interleave": c.interleave,
         "recompute": Recompute(recompute),

@@ -30,6 +30,20 @@ distributed/pipeline_parallel.py, models/llama3/parallelize.py):
   last); without it torchtitan splits by its own rule, counting the
   embedding and output as layers (96 layers on 8 stages built as 12, 13, ...,
   11, and `layers_per_stage` refused for interleaving).
+- Context parallelism: `context_parallel_degree` (config/configs.py line
+  232) with `context_parallel_load_balancer = "headtail"` (line 235, the
+  default: every sequence cut into 2 x cp chunks, chip i holding chunks i
+  and 2 cp - 1 - i, as the plan prices it). A language model's attention is
+  FlexAttention (models/common/config_utils.py lines 97-101 refuse SDPA),
+  whose context-parallel forward all-gathers keys and values over the group
+  before the attention (distributed/context_parallel/api.py line 73,
+  `flex_cp_allgather`): the plan's all_gather. torchtitan 0.3.0 has no
+  ring (p2p) or Ulysses (a2a) choice: the `context_parallel_rotate_method`
+  of earlier releases is gone (torch's `set_rotate_method` serves SDPA only),
+  so those are not expressed. torchtitan applies FSDP over data shard x
+  context whenever context parallelism is on (distributed/parallel_dims.py
+  lines 222-225, 278); the degrees multiply to the world size
+  (`ParallelDims._validate`, lines 186-189).
 - `disable_cuda_graphs` must be set with pipeline parallelism
   (Trainer.Config refuses it otherwise); async tensor parallelism is a
   `compile` key in 0.3.0 and needs compilation.
@@ -191,12 +205,32 @@ def _checkpointing(view: PlanView, notes: Notes) -> str:
     return chosen
 
 
+def _context_notes(view: PlanView, notes: Notes) -> None:
+    """What torchtitan 0.3.0 does differently from the plan's context
+    parallelism (the module docstring cites the sources)."""
+    cp, comm = view.context_parallel, view.context_comm
+    if comm != "all_gather":
+        name = {"p2p": "p2p (ring attention)", "a2a": "a2a (DeepSpeed-Ulysses)"}[comm]
+        notes.drop(
+            f"context_parallel_comm {name}: torchtitan 0.3.0 has no rotate-method or Ulysses "
+            "key; its FlexAttention context parallelism all-gathers keys and values over the "
+            f"{cp} chips before the attention, without overlap"
+        )
+    if view.zero_stage == 0:
+        notes.drop(
+            f"ZeRO stage 0 with context parallel {cp}: torchtitan applies FSDP "
+            f"over the context-parallel group whenever it is on, so weights, gradients and "
+            f"optimizer state are sharded over its {cp} chips"
+        )
+
+
 def export_torchtitan(view: PlanView) -> Export:
     """meshtune_torchtitan.py: torchtitan 0.3.0's config module for the plan."""
     needs_1d(view, "torchtitan", "torchtitan")
     notes = Notes()
     t, m = view.training, view.model
     tp, pp, dp = view.tensor_parallel, t.pipeline_parallel, t.data_parallel
+    cp = view.context_parallel
     mbs = view.micro_batch_sequences
     training: dict[str, object] = {
         "local_batch_size": mbs * view.micro_batches if pp > 1 else mbs,
@@ -221,13 +255,18 @@ def export_torchtitan(view: PlanView) -> Export:
         "tensor_parallel_degree": tp,
         "enable_sequence_parallel": tp > 1 and view.sequence_parallel,
         "pipeline_parallel_degree": pp,
-        "context_parallel_degree": 1,
+        # replicate x shard x cp x tp x pp = the plan's chips (ParallelDims._validate)
+        "context_parallel_degree": cp,
     }
+    if cp > 1:
+        parallelism["context_parallel_load_balancer"] = "headtail"
+        _context_notes(view, notes)
     notes.assume(
         "spmd_backend partial_dtensor: torchtitan 0.3.0's default (spmd_types) needs torch "
         "2.14 with data or tensor parallelism"
     )
-    if shard > 1:
+    if shard * cp > 1:
+        # FSDP runs over dp_shard x cp (with context parallelism even at ZeRO-0)
         parallelism["fsdp_reshard_after_forward"] = "always" if view.zero_stage == 3 else "never"
         if view.zero_stage == 1:
             notes.drop(

@@ -13,7 +13,10 @@ MaxText's device mesh (`maxtext_utils.create_device_mesh`; the fake devices
 carry a slice index when the file spans several slices); and the model and
 optimizer state traced abstractly by MaxText's own
 `train_compile.get_shaped_inputs`, every array's sharding checked to divide
-its dimensions (what materialising the state checks). Not run: a step.
+its dimensions (what materialising the state checks). Not run: a step. Not
+traced: a model with Ulysses context parallelism, whose kernel refuses
+devices that are not TPUs (its config is still loaded and validated; the
+output's `traced` says why).
 """
 
 from __future__ import annotations
@@ -68,7 +71,17 @@ def _loaded(path: Path) -> dict[str, object]:
     grid = maxtext_utils.create_device_mesh(config, devices=fake)
     grid = np.vectorize(lambda d: getattr(d, "device", d), otypes=[object])(grid)
     mesh = Mesh(grid, config.mesh_axes)
-    shaped, _, _, *_ = train_compile.get_shaped_inputs(mesh, config)
+    traced = True
+    try:
+        shaped, _, _, *_ = train_compile.get_shaped_inputs(mesh, config)
+    except ValueError as error:
+        # Ulysses' attention kernel asks the devices' platform (attention_op.py
+        # AttentionOp.__init__): on fake CPU devices only the config is loaded.
+        if config.context_parallel_strategy != "ulysses" or "only supported on TPU" not in str(
+            error
+        ):
+            raise
+        traced, shaped = str(error), [{}]
     leaves = [
         (jax.tree_util.keystr(p), v)
         for p, v in jax.tree_util.tree_leaves_with_path(shaped[0])
@@ -89,6 +102,9 @@ def _loaded(path: Path) -> dict[str, object]:
     axes = {name: int(size) for name, size in mesh.shape.items()}
     return {
         "tensor_parallel": axes.get("tensor", 1) * axes.get("tensor_sequence", 1),
+        "context_parallel": axes.get("context", 1),
+        "context_parallel_strategy": config.context_parallel_strategy,
+        "context_parallel_load_balance": bool(config.context_parallel_load_balance),
         "pipeline_parallel": stages,
         "data_parallel": axes.get("data", 1) * axes.get("fsdp", 1),
         "fsdp": axes.get("fsdp", 1),
@@ -111,6 +127,8 @@ def _loaded(path: Path) -> dict[str, object]:
         "vocab_size": config.vocab_size,
         "remat_policy": config.remat_policy,
         "dtype": str(config.dtype),
+        # True, or why the model was not traced (a TPU-only kernel on CPU devices)
+        "traced": traced,
     }
 
 

@@ -103,6 +103,8 @@ def _loaded(script: str, world_size: int) -> dict[str, object]:
     gqa = args.group_query_attention
     return {
         "tensor_parallel": args.tensor_model_parallel_size,
+        "context_parallel": args.context_parallel_size,
+        "cp_comm_type": config.cp_comm_type,
         "pipeline_parallel": pp,
         "data_parallel": args.data_parallel_size,
         "interleave": vpp,

@@ -110,6 +110,9 @@ def _loaded(export_path: str) -> dict[str, object]:
     )
     return {
         "tensor_parallel": tpc.model_parallel,
+        "context_parallel": transformer.context_parallel_size,
+        "use_ring_attention": bool(transformer.use_ring_attention),
+        "ulysses_degree": int(transformer.hierarchical_context_parallel_sizes),
         "pipeline_parallel": tpc.pipeline_stage,
         "data_parallel": tpc.data_parallel,
         "interleave": int(split.pp_interleave_num),

@@ -128,9 +128,13 @@ def _loaded(module_file: Path) -> dict[str, object]:
     first = config.model_spec.model.layers[0]
     return {
         "tensor_parallel": par.tensor_parallel_degree,
+        "context_parallel": dims.cp,
+        "context_parallel_load_balancer": par.context_parallel_load_balancer,
         "pipeline_parallel": pp,
         "data_parallel": batch_degree,
         "data_parallel_shard": par.data_parallel_shard_degree,
+        # FSDP's mesh: dp_shard x cp (parallel_dims.py build_mesh)
+        "fsdp": dims.dp_shard * dims.cp,
         "fsdp_reshard_after_forward": par.fsdp_reshard_after_forward,
         "interleave": parts_seen // pp,
         "virtual_stage_layers": [stages[i] for i in sorted(stages)],
