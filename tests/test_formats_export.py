@@ -679,3 +679,58 @@ def test_hugging_face_model_through_plan_and_export(tmp_path: Path) -> None:
     assert settings["base_num_kv_heads"] == 8 and settings["base_mlp_dim"] == 14336
     assert settings["mlp_activations"] == ["silu", "linear"]
     assert settings["logits_via_embedding"] is False
+
+
+FP8_RECIPES = {
+    "delayed": "delayed",
+    "current": "tensorwise",
+    "mxfp8": "mxfp8",
+    "blockwise": "blockwise",
+}
+
+
+def fp8_plan_file(folder: Path, recipe: str, param_gather: bool = False) -> Path:
+    """`meshtune plan --out` of the Llama-3-8B shape on 2 B200 nodes with an FP8 recipe."""
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    spec = {
+        "model": CP_MODEL,
+        "training": {
+            "global_batch_sequences": 64, "sequence_length": 8192, "tensor_parallel": 2,
+            "context_parallel": 1, "pipeline_parallel": 1, "micro_batch_size": 1,
+            "recompute": "selective", "zero_stage": 1, "fc_algorithm": "megatron-1d",
+            "fp8": recipe, "fp8_param_gather": param_gather,
+        },
+        "cluster": "b200-hgx-2n",
+    }  # fmt: skip
+    source, plan = folder / f"fp8-{recipe}.yaml", folder / f"fp8-{recipe}.json"
+    source.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(main, ["plan", str(source), "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(plan.read_text())["configuration"]["fp8"] == recipe
+    return plan
+
+
+@pytest.mark.parametrize("recipe", sorted(FP8_RECIPES))
+def test_fp8_recipe_in_every_export(tmp_path: Path, recipe: str) -> None:
+    plan = fp8_plan_file(tmp_path, recipe, param_gather=recipe == "delayed")
+    megatron = "\n".join(_files(plan, "megatron").values())
+    assert "--fp8-format hybrid" in megatron
+    assert f"--fp8-recipe {FP8_RECIPES[recipe]}" in megatron
+    assert ("--fp8-param-gather" in megatron) == (recipe == "delayed")
+    maxtext = "\n".join(_files(plan, "maxtext").values())
+    if recipe == "delayed":
+        assert 'quantization: "fp8"' in maxtext
+    else:
+        assert "quantization:" not in maxtext and f"not expressed: fp8 {recipe}" in maxtext
+    for target in ("torchtitan", "mindformers"):
+        text = "\n".join(_files(plan, target).values())
+        assert f"not expressed: fp8 {recipe}" in text, target
+
+
+def test_no_fp8_writes_no_fp8_flags(tmp_path: Path) -> None:
+    plan = fp8_plan_file(tmp_path, "none")
+    assert "--fp8" not in "\n".join(_files(plan, "megatron").values())
+    assert "quantization" not in "\n".join(_files(plan, "maxtext").values())

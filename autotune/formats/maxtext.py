@@ -67,6 +67,7 @@ from autotune.formats.export import (
 )
 from autotune.formats.plan_view import PlanView
 from autotune.specs.model import FfnKind
+from autotune.specs.training import Fp8Recipe
 
 KEYS_FROM = "MaxText 0.2.5 (PyPI) maxtext/configs/base.yml and configs/types.py"
 CONFIG_FILE = "maxtext.yml"
@@ -213,6 +214,16 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
         out["dtype"] = _DTYPES[t.dtype.value]
     else:
         notes.drop(f"dtype {t.dtype.value}: set MaxText's quantization for it yourself")
+    if t.fp8 is Fp8Recipe.DELAYED:
+        # configs/base.yml line 133 of the 0.2.5 wheel: 'fp8' runs the dense
+        # GEMMs in FP8 with scales from an amax history (Flax's fp8 ops)
+        out["quantization"] = "fp8"
+    elif t.fp8 is not Fp8Recipe.NONE:
+        notes.drop(
+            f"fp8 {t.fp8.value}: MaxText's quantization offers fp8 (delayed scaling), nanoo_fp8 "
+            "(AMD) and fp8_full (static scaling) for dense GEMMs; the export leaves it in "
+            f"{t.dtype.value}"
+        )
     out["remat_policy"] = _REMAT[view.recompute]
     if view.recompute == "none":
         notes.drop(

@@ -60,6 +60,7 @@ from autotune.formats.export import (
 from autotune.formats.plan_view import PlanView, gemm, tp_collectives
 from autotune.plan.schema import GemmDoc
 from autotune.specs.model import FfnKind, PositionEncoding
+from autotune.specs.training import Fp8Recipe
 
 KEYS_FROM = (
     "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64; NVIDIA/TransformerEngine "
@@ -79,6 +80,43 @@ _EXPECTED = {
     ("row", "backward_data"): "all_gather",
 }
 _SUFFIX = {"forward": "fprop", "backward_data": "dgrad", "backward_weight": "wgrad"}
+
+
+#: the plan's FP8 recipes as Megatron-LM's --fp8-recipe values
+#: (TransformerConfig.fp8_recipe, megatron/core/transformer/
+#: transformer_config.py lines 594-600 at d98e8a64: tensorwise is per-tensor
+#: current scaling)
+_FP8_RECIPE = {
+    "delayed": "delayed",
+    "current": "tensorwise",
+    "mxfp8": "mxfp8",
+    "blockwise": "blockwise",
+}
+
+
+def _fp8_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
+    """The FP8 recipe: `--fp8-format hybrid` (e4m3 activations and weights,
+    e5m2 gradients: TransformerConfig.fp8, transformer_config.py lines
+    587-592 at d98e8a64), `--fp8-recipe`, and `--fp8-param-gather` for FP8
+    weight gathers (it needs the distributed optimizer: arguments.py line
+    1097 at d98e8a64). All three flags are in the parser at d98e8a64 and at
+    000c4ac2."""
+    t = view.training
+    args: list[tuple[str, object]] = [
+        ("--fp8-format", "hybrid"),
+        ("--fp8-recipe", _FP8_RECIPE[t.fp8.value]),
+    ]
+    if t.fp8_param_gather:
+        if view.zero_stage >= 1:
+            args.append(("--fp8-param-gather", None))
+        else:
+            notes.drop(
+                "fp8_param_gather without ZeRO: Megatron gathers FP8 weights only with its "
+                "distributed optimizer"
+            )
+    if t.fp8 is Fp8Recipe.MXFP8:
+        notes.assume("fp8 mxfp8: Megatron's mxfp8 recipe runs on Blackwell GPUs only")
+    return args
 
 
 def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
@@ -123,8 +161,8 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         notes.assume("embeddings tied (Megatron's default): the plan's model does not say")
     if t.dtype.value in ("bf16", "fp16"):
         args.append((f"--{t.dtype.value}", None))
-    elif t.dtype.value == "fp8":
-        notes.drop("dtype fp8: choose Transformer Engine's FP8 recipe flags yourself")
+    if t.fp8 is not Fp8Recipe.NONE:
+        args += _fp8_args(view, notes)
     sliced = t.fc_algorithm.value == "meshslice"
     if tp > 1 and not sliced:
         # megatron-1d: the plan prices Megatron's own blocking collectives

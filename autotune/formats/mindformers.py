@@ -67,6 +67,7 @@ from autotune.formats.export import (
 )
 from autotune.formats.plan_view import PlanView
 from autotune.specs.model import FfnKind, PositionEncoding
+from autotune.specs.training import Fp8Recipe
 
 KEYS_FROM = (
     "MindFormers 2.0.0 (mindspore-lab/mindformers r2.0.0 @ 56edae9) with MindSpore 2.10.0: "
@@ -171,6 +172,11 @@ def export_mindformers(view: PlanView) -> Export:
     }
     if m.vocab_size is not None:
         model["vocab_size"] = m.vocab_size
+    if t.fp8 is not Fp8Recipe.NONE:
+        notes.drop(
+            f"fp8 {t.fp8.value}: MindFormers 2.0.0's model config has no FP8 GEMM recipe; the "
+            f"export computes in {t.dtype.value}"
+        )
     if t.dtype.value in _DTYPES:
         model["compute_dtype"] = _DTYPES[t.dtype.value]
     else:

@@ -187,6 +187,8 @@ def resolved_training(doc: PlanDocument, path: str) -> TrainingSpec:
         "pipeline_parallel": c.pipeline_parallel,
         "context_parallel": c.context_parallel,
         "context_parallel_comm": c.context_parallel_comm,
+        "fp8": c.fp8,
+        "fp8_param_gather": c.fp8_param_gather,
         "micro_batch_size": c.micro_batch_size,
         "interleave": c.interleave,
         "recompute": Recompute(recompute),

@@ -63,6 +63,7 @@ from autotune.formats.export import (
 from autotune.formats.megatron import mismatches
 from autotune.formats.plan_view import PlanView
 from autotune.specs.model import FfnKind, PositionEncoding
+from autotune.specs.training import Fp8Recipe
 
 KEYS_FROM = "torchtitan 0.3.0 (PyPI; pytorch/torchtitan release/0.3 @ 4f9e9a47) config registry"
 MODULE = "meshtune_torchtitan"
@@ -240,6 +241,13 @@ def export_torchtitan(view: PlanView) -> Export:
         "mixed_precision_param": _PRECISION.get(t.dtype.value, "bfloat16"),
         "mixed_precision_reduce": "float32",
     }
+    if t.fp8 is not Fp8Recipe.NONE:
+        notes.drop(
+            f"fp8 {t.fp8.value}: torchtitan 0.3.0's Float8LinearConverter offers rowwise scaling "
+            "only (recipe_name rowwise or rowwise_with_gw_hp, components/quantization/float8.py) "
+            "and its MXFP8LinearConverter needs SM100 (mx.py); the module computes in bfloat16: "
+            "add a converter to the model config yourself"
+        )
     if t.dtype.value not in _PRECISION:
         notes.drop(
             f"dtype {t.dtype.value}: the module computes in bfloat16; add torchtitan's "

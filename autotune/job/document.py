@@ -124,6 +124,8 @@ def to_document(plan: Plan) -> PlanDocument:
             layer_split="balanced" if plan.balanced is not None else "even",
             attention=t.attention.value,
             dtype=t.dtype.value,
+            fp8=t.fp8.value,
+            fp8_param_gather=t.fp8_param_gather,
             global_batch_sequences=batch,
             sequence_length=t.sequence_length,
             pinned=list(t.pinned_degrees),

@@ -244,6 +244,12 @@ class ConfigurationDoc(_Doc):
     )
     attention: Literal["flash", "unfused"]
     dtype: str
+    fp8: Literal["none", "delayed", "current", "mxfp8", "blockwise"] = Field(
+        default="none", description="The FC GEMMs' FP8 recipe (none: dtype throughout)."
+    )
+    fp8_param_gather: bool = Field(
+        default=False, description="ZeRO's weight gathers move FP8 weights (1 byte each)."
+    )
     global_batch_sequences: Degree
     sequence_length: Degree
     pinned: list[str] = Field(description="Degrees the plan file pinned.")
