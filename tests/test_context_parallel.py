@@ -218,3 +218,33 @@ def test_chunk_units_helper_is_exact():
             pairs[owner[q]] += 1
     # every chip does the same token-pair work within the diagonal's share
     assert max(pairs) - min(pairs) <= per * per
+
+
+def test_ulysses_exchange_by_the_all_to_all_formula(tmp_path):
+    """a2a over 8 GPUs of one node: each pass is two all-to-alls (queries,
+    keys and values in; the output back), each `P - 1` pieces of
+    `bytes / P` on the switch's link (HardwareView.hierarchical_all_to_all_s),
+    exposed in the forward and again in the backward."""
+    from cost_models import ring_collective_s
+
+    training = {
+        "global_batch_sequences": 8,
+        "sequence_length": 65536,
+        "tensor_parallel": 1,
+        "context_parallel": 8,
+        "data_parallel": 1,
+        "micro_batch_size": 1,
+        "recompute": "full",
+        "context_parallel_comm": "a2a",
+    }
+    plan = _plan(tmp_path, training, "h100-hgx-1n")
+    axis = plan.layout.axis(ParallelAxis.CONTEXT)
+    (level,) = axis.levels
+    link = plan.hw.level_link(level, "all_gather")
+    tokens = 65536 / 8
+    into = tokens * (32 + 2 * 8) * 128 * 2  # queries + keys + values, bf16
+    out = tokens * 32 * 128 * 2
+    expected = float(ring_collective_s(link, 8, into / 8) + ring_collective_s(link, 8, out / 8))
+    assert plan.block.context_forward_s == pytest.approx(expected)
+    assert plan.block.context_backward_s == pytest.approx(expected)
+    assert plan.block.context_buffer_bytes == pytest.approx(into)

@@ -2,12 +2,15 @@
 evaluated on arrays (architecture.md "pricing: one cost model, vectorised
 over candidates").
 
-A candidate is a tensor mesh (rows x cols), pipeline stages `pp`,
-data-parallel replicas `dp`, micro-batch size `b`, model chunks per stage
-`v`, a recomputation mode and a ZeRO stage. Its step, per chip:
+A candidate is a tensor mesh (rows x cols), context-parallel chips `cp`,
+pipeline stages `pp`, data-parallel replicas `dp`, micro-batch size `b`,
+model chunks per stage `v`, a recomputation mode and a ZeRO stage. Its
+step, per chip:
 
 - per block and micro-batch: job/block.py (FC layers from job/fc.py,
-  attention core, memory-bound ops, recomputation, activations kept), and
+  attention core, memory-bound ops, the context-parallel key/value exchange
+  the attention does not hide, recomputation, activations kept), at
+  `b s / cp` tokens per chip, and
   the ends (embedding on the first chunk; final norm, logits and loss on the
   last), looked up per (mesh, micro-batch) key;
 - pipeline: the layers cut into `pp v` chunks (the even split, Megatron-LM's:
@@ -18,21 +21,25 @@ data-parallel replicas `dp`, micro-batch size `b`, model chunks per stage
   interleaved schedule replayed as the longest path of its dependency graph
   (pipeline/search.py `makespans_s`, the simulator's rules; one stage is
   `m (F + B)`);
-- memory per stage: weights, gradients and Adam state of its parameters by
-  ZeRO stage (cost_models.data_parallel), the activations of the
+- memory per stage: weights (with an FP8 recipe's weight copies),
+  gradients and Adam state of its parameters by ZeRO stage over the data x
+  context group `dp cp` (cost_models.data_parallel), the activations of the
   micro-batches the schedule keeps alive (pipeline/schedule.py
   `peak_alive_vectors`), the FC layers' gathered buffers, ZeRO-3's gathered
-  block, a full-recomputation stage's one recomputed block, the last stage's
-  logits, the workspace and the allocator reserve;
+  block, a full-recomputation stage's one recomputed block, the key/value
+  blocks of the context exchange, the last stage's logits, the workspace and
+  the allocator reserve;
 - data parallelism per stage: ZeRO 0 all-reduces the gradients, ZeRO 1-2
   reduce-scatter them and all-gather the weights, ZeRO 3 gathers the weights
   before every micro-batch's forward and backward and reduce-scatters its
-  gradients (cost_models.data_parallel), each over the data axis's levels
+  gradients (cost_models.data_parallel), each over the data x context
+  (gradient) axis's levels
   (HardwareView.hierarchical_ring_s); with overlap, hidden behind the stage's
   backward (ZeRO 1-2: the gathers behind the next forward; ZeRO 3: behind
   all its micro-batches) except the last 25 MB bucket
   (cost_models.data_parallel.exposed_overlap_s);
-- optimizer per stage: Adam over the locally owned parameters, HBM bound;
+- optimizer per stage: Adam over the locally owned parameters, HBM bound,
+  and an FP8 recipe's weight copies refreshed from the updated weights;
 - the step: the replayed makespan plus the exposed data-parallel traffic and
   optimizer step of the stage where they are largest.
 

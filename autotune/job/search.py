@@ -54,6 +54,7 @@ from autotune.job.model import (
     Candidates,
     KeyFigures,
     Priced,
+    block_seconds,
     data_parallel_floor_s,
     gather_figures,
     pipeline_send_s,
@@ -223,14 +224,15 @@ def _balance_figures(
         divided = float(one.replicas[0]) if int(one.zero[0]) >= 3 else 1.0
         fp8_copies = fp8_weight_copy_bytes_per_param(t.fp8.value) / divided
     zero = int(one.zero[0])
+    forward_s, backward_s = (float(x) for x in block_seconds(a))
     constant = a["fc_buf"] + a["cp_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
     return BalanceFigures(
         num_layers=inp.model.num_layers,
         pp=int(one.pp[0]),
         v=int(one.v[0]),
         m=t.global_batch_sequences // (int(one.dp[0]) * int(one.mbs[0])),
-        forward_s=a["fc_f"] + a["attn_f"] + a["ew_f"] + a["cp_f"],
-        backward_s=a["fc_b"] + a["attn_b"] + a["ew_b"] + a["cp_b"],
+        forward_s=forward_s,
+        backward_s=backward_s,
         recompute_s=rec,  # type: ignore[arg-type]
         activation_bytes=act,  # type: ignore[arg-type]
         layer_state_bytes=a["params"] * (per_param + fp8_copies),
