@@ -15,6 +15,7 @@ written so a trainer can run it):
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -241,4 +242,5 @@ def test_every_cluster_kind_searches(repo_root, tmp_path):
         kinds_used = {lv["kind"] for a in doc["layout"]["axes"] for lv in a["levels"]}
         assert kinds_used <= allowed, (cluster, kinds_used)
         c = doc["configuration"]
-        assert c["tensor_parallel"] * c["pipeline_parallel"] * c["data_parallel"] == c["num_chips"]
+        degrees = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel")
+        assert math.prod(c[k] for k in degrees) == c["num_chips"]
