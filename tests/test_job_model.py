@@ -308,7 +308,7 @@ def test_search_bounds_before_any_fc_pricing_never_above_the_model(case, tmp_pat
     cheap = bound_figures(inp, hw, c, KeyFigures({}, {}, {}))
     for key, entry in table.entries(list(cheap.blocks)).items():
         rows, cols, mbs, cp = key
-        low = fc_lower_bounds(model, t, hw, rows, cols, [mbs], cp)[0]
+        low = fc_lower_bounds(model, t, hw, rows, cols, [mbs * (t.sequence_length // cp)])[0]
         assert low.forward_s <= entry.forward_s * (1 + 1e-12)
         assert low.backward_s <= entry.backward_s * (1 + 1e-12)
     p = price(c, figs, hw, t, model.num_layers, model.hidden_size)

@@ -189,10 +189,10 @@ def fc_lower_bounds(
     hw: HardwareView,
     rows: int,
     cols: int,
-    sizes: Sequence[int],
-    cp: int = 1,
+    tokens: Sequence[float],
 ) -> list[FcBlock]:
-    """For each micro-batch size in `sizes`, a block's FC seconds no
+    """For each micro-batch of `tokens` tokens on a chip's share of the
+    sequences (`b s / cp`), a block's FC seconds no
     dataflow choice or slice count on the `rows x cols` mesh beats, without
     pricing any: per layer, the least over its layer options (every
     stationary matrix, plain and transposed; Table 1) of the forward GEMM's
@@ -201,8 +201,7 @@ def fc_lower_bounds(
     carry, whichever is longer); transposes and exposed collectives only
     add. Under Megatron 1D, or when the calibration cannot price the mesh,
     the FLOPs alone: `2 T I O / t` per GEMM at the highest rate. No
-    buffers. `T` is `b s / cp` tokens (context parallelism)."""
-    local_s = training.sequence_length // cp
+    buffers. `T` is the micro-batch's `tokens`."""
     ctx = None
     if training.fc_algorithm is FcAlgorithm.MESHSLICE:
         try:
@@ -212,8 +211,8 @@ def fc_lower_bounds(
     if ctx is None:
         rate = hw.gemm.fastest_flops_per_s
         out = []
-        for mbs in sizes:
-            layers = block_fc_layers(model, mbs * local_s)
+        for n in tokens:
+            layers = block_fc_layers(model, n)
             flops = sum(2.0 * x.tokens * x.in_features * x.out_features for x in layers)
             forward = flops / (rows * cols) / rate
             out.append(FcBlock(forward, 2.0 * forward, 0.0, 0.0))
@@ -221,16 +220,16 @@ def fc_lower_bounds(
     mesh = MeshShape(rows, cols)
     # one layer list with every size's token count side by side (Table 1
     # only rearranges the sizes, so its shapes carry the arrays through)
-    tokens = np.asarray(sizes, dtype=float) * local_s
-    forward = np.zeros(len(sizes))
-    backward = np.zeros(len(sizes))
-    for layer in block_fc_layers(model, tokens):  # type: ignore[arg-type]
-        best_f = np.full(len(sizes), np.inf)
-        best_b = np.full(len(sizes), np.inf)
+    count = len(tokens)
+    forward = np.zeros(count)
+    backward = np.zeros(count)
+    for layer in block_fc_layers(model, np.asarray(tokens, dtype=float)):  # type: ignore[arg-type]
+        best_f = np.full(count, np.inf)
+        best_b = np.full(count, np.inf)
         for st in Stationary:
             for transposed in (False, True):
-                f = np.zeros(len(sizes))
-                b = np.zeros(len(sizes))
+                f = np.zeros(count)
+                b = np.zeros(count)
                 for shape in table1(layer, st, transposed):
                     t = meshslice_lower_bound_s(
                         shape.dataflow,

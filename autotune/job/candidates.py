@@ -17,6 +17,9 @@ the degree it refuses:
   even over the mesh; heads and sequences local to the attention core) is
   the FC planner's call, per mesh and micro-batch (job/fc.py);
 - context parallelism (cp > 1): divides the chips left by the tensor group,
+  never at a micro-batch `cp` divides while data parallelism is searched
+  (the same configuration with `cp` times the replicas at `1 / cp` of the
+  micro-batch costs no more: `_dominated_by_data_parallelism`),
   a fused attention kernel and `2 cp` dividing the sequence
   (specs/training.context_parallel_rule), `constraints.max_context_parallel`;
   a2a (Ulysses) also needs the query and key/value heads of each tensor
@@ -299,6 +302,8 @@ def _outer_rows(
         per_replica = batch // dp
         sizes = _micro_batch_sizes(per_replica, pinned_mbs, t.micro_batches, lim, refusals)
         for mbs in sizes:
+            if cp > 1 and _dominated_by_data_parallelism(inp, hw, mesh, cp, mbs):
+                continue
             m = per_replica // mbs
             vs = list(range(1, lim.max_interleave + 1)) if pp > 1 else [1]
             if pinned_v is not None:
@@ -322,6 +327,32 @@ def _outer_rows(
                     for z in zeros:
                         rows_out.append((mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z, cp))
     return rows_out
+
+
+def _dominated_by_data_parallelism(
+    inp: JobInput, hw: HardwareView, mesh: MeshShape, cp: int, mbs: int
+) -> bool:
+    """Whether `cp` context chips at micro-batch `mbs` cost at least what
+    `cp` times the data-parallel replicas at micro-batch `mbs / cp` cost
+    (and so never win): when `cp` divides `mbs` the two run the same
+    tokens per chip and micro-batch, the same micro-batch count, the same
+    FC GEMMs, attention FLOPs, memory and ZeRO group on the same chips,
+    and context parallelism adds its key/value exchange and runs the
+    attention kernel on shorter blocks (job/block.py). Only when data
+    parallelism is searched and the smaller micro-batch can run the
+    attention core locally on the mesh (some mesh axis divides its
+    sequences: plan/search.py MeshEvaluator.attention_check)."""
+    if mbs % cp or inp.training.pinned("data_parallel") is not None:
+        return False
+    # on a torus the context group is placed before the pipeline stages and
+    # the data axis after them: moving its chips to the data axis moves the
+    # pipeline too, so the two are not the same chips there
+    if hw.cluster.topology is Topology.TORUS:
+        return False
+    if inp.training.pinned("micro_batch_size") is not None or inp.training.micro_batches:
+        return False
+    smaller = mbs // cp
+    return smaller % mesh.num_rows == 0 or smaller % mesh.num_cols == 0
 
 
 def _micro_batch_sizes(

@@ -295,11 +295,19 @@ def pipeline_send_s(
 
 
 def _groups(*columns: np.ndarray) -> dict[tuple[int, ...], np.ndarray]:
-    """Positions grouped by the values of the integer `columns`."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, key in enumerate(zip(*(col.tolist() for col in columns), strict=True)):
-        groups.setdefault(key, []).append(i)
-    return {k: np.asarray(v, dtype=np.int64) for k, v in groups.items()}
+    """Positions grouped by the values of the integer `columns`: groups in
+    the order of their first position, positions ascending in each."""
+    if not columns or len(columns[0]) == 0:
+        return {}
+    stacked = np.stack([np.asarray(col, dtype=np.int64) for col in columns], axis=1)
+    uniq, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    members = np.argsort(inverse, kind="stable")
+    parts = np.split(members, np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1])
+    return {
+        tuple(int(x) for x in uniq[g]): parts[g].astype(np.int64)
+        for g in np.argsort(first, kind="stable")
+    }
 
 
 def _by(c: Candidates, columns: tuple[str, ...]) -> dict[tuple[int, ...], np.ndarray]:

@@ -344,16 +344,27 @@ def _mix_winner(
 
 
 def _config_key_of(config: dict[str, int | str], recompute_searched: bool) -> tuple[int, ...]:
-    row = [int(config[k]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp")]
+    row = [int(config[k]) for k in _KEY_COLUMNS]
     rc = RECOMPUTE_MODES.index(str(config["recompute"]))
     return (*row, -1 if recompute_searched else rc)
+
+
+_KEY_COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp")
 
 
 def _config_key(c: Candidates, i: int, recompute_searched: bool) -> tuple[int, ...]:
     """Candidates of one key share one balancer problem: with recomputation
     searched the balancer may choose it, so it is not part of the key."""
-    row = [int(getattr(c, k)[i]) for k in ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp")]
-    return (*row, -1 if recompute_searched else int(c.recompute[i]))
+    return _config_keys(c, np.array([i]), recompute_searched)[0]
+
+
+def _config_keys(
+    c: Candidates, index: np.ndarray, recompute_searched: bool
+) -> list[tuple[int, ...]]:
+    """:func:`_config_key` of the candidates at `index`, column by column."""
+    columns = [getattr(c, k)[index].tolist() for k in _KEY_COLUMNS]
+    modes = [-1] * len(index) if recompute_searched else c.recompute[index].tolist()
+    return list(zip(*columns, modes, strict=True))
 
 
 def bound_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigures) -> KeyFigures:
@@ -362,13 +373,16 @@ def bound_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigur
     ends without their vocabulary collectives, everything else exact."""
     t, model = inp.training, inp.model
     out = KeyFigures({}, {}, figs.layouts)
-    sizes: dict[tuple[int, int, int], list[int]] = {}
+    # one FC bound per mesh and token count (context degrees share them)
+    per_mesh: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for rows, cols, mbs, cp in dict.fromkeys(c.figure_keys()):
-        sizes.setdefault((rows, cols, cp), []).append(mbs)
-    for (rows, cols, cp), mesh_sizes in sizes.items():
-        blocks = fc_lower_bounds(model, t, hw, rows, cols, mesh_sizes, cp)
-        context = context_axis(hw, rows, cols, cp)
-        for mbs, fc in zip(mesh_sizes, blocks, strict=True):
+        per_mesh.setdefault((rows, cols), []).append((mbs, cp))
+    for (rows, cols), keys in per_mesh.items():
+        counts = sorted({mbs * (t.sequence_length // cp) for mbs, cp in keys})
+        blocks = dict(zip(counts, fc_lower_bounds(model, t, hw, rows, cols, counts), strict=True))
+        for mbs, cp in keys:
+            context = context_axis(hw, rows, cols, cp)
+            fc = blocks[mbs * (t.sequence_length // cp)]
             key = (rows, cols, mbs, cp)
             out.blocks[key] = block_figures(model, t, hw, fc, rows * cols, mbs, context)
             out.ends[key] = end_figures(model, t, hw, None, rows, cols, mbs, cp)
@@ -497,8 +511,9 @@ def search(
     proved = True
     keys: dict[tuple, list[int]] = {}
     if balance_layers and np.any(c.pp > 1):
-        for i in np.flatnonzero((c.pp > 1) & usable & (bound < below_s)).tolist():
-            keys.setdefault(_config_key(c, i, searched_rc), []).append(i)
+        pipelined = np.flatnonzero((c.pp > 1) & usable & (bound < below_s))
+        for i, key in zip(pipelined.tolist(), _config_keys(c, pipelined, searched_rc), strict=True):
+            keys.setdefault(key, []).append(i)
         key_bound = {k: min(float(bound[i]) for i in rows) for k, rows in keys.items()}
         solved: set[tuple] = set()
         tight = np.zeros(n, dtype=bool)  # bound recomputed on the planned FC layers
@@ -646,8 +661,9 @@ def exhaustive(
     priced = {i: (p, i) for i in range(len(c))}
     evaluated = {i: _evaluated(c.row(i), p, i, i) for i in range(len(c))}
     keys: dict[tuple, list[int]] = {}
-    for i in np.flatnonzero(c.pp > 1).tolist():
-        keys.setdefault(_config_key(c, i, searched_rc), []).append(i)
+    pipelined = np.flatnonzero(c.pp > 1)
+    for i, key in zip(pipelined.tolist(), _config_keys(c, pipelined, searched_rc), strict=True):
+        keys.setdefault(key, []).append(i)
     if balance_layers:
         for rows in keys.values():
             modes = _balancer_modes(c, rows, priced, not searched_rc, mix=False)
