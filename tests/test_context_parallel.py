@@ -248,3 +248,44 @@ def test_ulysses_exchange_by_the_all_to_all_formula(tmp_path):
     assert plan.block.context_forward_s == pytest.approx(expected)
     assert plan.block.context_backward_s == pytest.approx(expected)
     assert plan.block.context_buffer_bytes == pytest.approx(into)
+
+
+def test_a_context_degree_dividing_the_micro_batch_never_beats_more_replicas(tmp_path):
+    """The search skips (on nodes, data parallelism searched) a context
+    degree that divides the micro-batch: the same configuration with `cp`
+    times the replicas at `1 / cp` of the micro-batch runs on the same
+    chips and costs no more. Priced side by side here, both ways."""
+    from autotune.job.candidates import _dominated_by_data_parallelism
+    from autotune.job.fc import FcTable
+    from autotune.job.hardware import hardware_view
+    from autotune.job.model import Candidates, KeyFigures, price
+    from autotune.job.search import key_figures
+    from autotune.loading import load_plan_input
+    from cost_models import MeshShape
+
+    training = {"global_batch_sequences": 32, "sequence_length": 16384}
+    path = write_plan(tmp_path, LLAMA8B, training, "h100-hgx-2n")
+    inp = load_plan_input(path)
+    hw = hardware_view(inp)
+    rows = []
+    for tp, cp, pp, mbs, zero, rc in itertools.product(
+        (1, 2, 4), (2, 4), (1, 2), (2, 4, 8), (1, 3), (0, 2)
+    ):
+        if mbs % cp or 16 % (tp * cp * pp):
+            continue
+        if not _dominated_by_data_parallelism(inp, hw, MeshShape(1, tp), cp, mbs):
+            continue
+        dp = 16 // (tp * cp * pp)
+        if 32 % (dp * mbs):
+            continue  # a replica's sequences must divide into micro-batches
+        base = {"rows": 1, "cols": tp, "pp": pp, "mbs": mbs, "v": 1, "recompute": rc}
+        rows.append({**base, "dp": dp, "cp": cp, "zero": zero})
+        rows.append({**base, "dp": dp * cp, "cp": 1, "mbs": mbs // cp, "zero": zero})
+    c = Candidates.of(rows)
+    figs = KeyFigures({}, {}, {})
+    key_figures(inp, hw, FcTable(inp, hw, inp.search.dataflow), c, figs)
+    p = price(c, figs, hw, inp.training, LLAMA8B["num_layers"], LLAMA8B["hidden_size"])
+    assert len(rows) >= 20
+    context, replicas = p.step_s[0::2], p.step_s[1::2]
+    assert np.all(replicas <= context * (1 + 1e-12))
+    assert np.all(p.peak_bytes[1::2] <= p.peak_bytes[0::2] * (1 + 1e-12))

@@ -339,9 +339,11 @@ def _dominated_by_data_parallelism(
     FC GEMMs, attention FLOPs, memory and ZeRO group on the same chips,
     and context parallelism adds its key/value exchange and runs the
     attention kernel on shorter blocks (job/block.py). Only when data
-    parallelism is searched and the smaller micro-batch can run the
-    attention core locally on the mesh (some mesh axis divides its
-    sequences: plan/search.py MeshEvaluator.attention_check)."""
+    parallelism and the micro-batch are searched, on nodes, and, under
+    MeshSlice, when its attention check (plan/search.py
+    MeshEvaluator.attention_check: sequences divisible by a mesh axis)
+    answers alike for both micro-batches, so both get the same FC plan
+    (tests/test_context_parallel.py prices both sides)."""
     if mbs % cp or inp.training.pinned("data_parallel") is not None:
         return False
     # on a torus the context group is placed before the pipeline stages and
@@ -351,8 +353,15 @@ def _dominated_by_data_parallelism(
         return False
     if inp.training.pinned("micro_batch_size") is not None or inp.training.micro_batches:
         return False
+    if inp.training.fc_algorithm is FcAlgorithm.MEGATRON_1D:
+        return True
+    # MeshSlice's attention check (plan/search.py) reads the sequences per
+    # micro-batch on each mesh axis: the two plans are the same only when
+    # it reads both sizes alike
     smaller = mbs // cp
-    return smaller % mesh.num_rows == 0 or smaller % mesh.num_cols == 0
+    return all(
+        (mbs % axis == 0) == (smaller % axis == 0) for axis in (mesh.num_rows, mesh.num_cols)
+    )
 
 
 def _micro_batch_sizes(
