@@ -324,6 +324,28 @@ def end_memory(
     return head, v * h / ring + h, n * (v / ring) * (e + 4.0)
 
 
+def context_kv_heads(model: ModelSpec, training: TrainingInput, tp: int, mbs: int) -> float:
+    """Key/value heads one chip holds over its `mbs` sequences: `kv / t`
+    per sequence (`max(kv / t, 1)` under Megatron 1D, which replicates
+    key/value heads over a larger tensor group; MeshSlice spreads the same
+    share over sequences and heads)."""
+    kv = model.kv_heads / tp
+    if training.fc_algorithm is FcAlgorithm.MEGATRON_1D:
+        kv = max(kv, 1.0)
+    return mbs * kv
+
+
+def context_block_bytes(
+    model: ModelSpec, training: TrainingInput, tp: int, mbs: int, cp: int
+) -> float:
+    """Bytes of the key/value block one chip holds in a context group of
+    `cp` (`s / cp` tokens of each sequence; context_kv_heads heads):
+    cost_models.context_parallel.kv_block_bytes."""
+    heads = context_kv_heads(model, training, tp, mbs)
+    local_tokens = training.sequence_length // cp
+    return float(kv_block_bytes(local_tokens, heads, model.head_dim, training.dtype.num_bytes))
+
+
 def context_exchange(
     model: ModelSpec,
     training: TrainingInput,
@@ -355,12 +377,11 @@ def context_exchange(
     if cp <= 1:
         return 0.0, 0.0, 0.0
     e = training.dtype.num_bytes
-    d, nh, kv = model.head_dim, model.num_heads, model.kv_heads
+    d, nh = model.head_dim, model.num_heads
     local_tokens = training.sequence_length // cp
-    megatron = training.fc_algorithm is FcAlgorithm.MEGATRON_1D
-    kv_heads = mbs * (max(kv / tp, 1.0) if megatron else kv / tp)
+    block = context_block_bytes(model, training, tp, mbs, cp)
+    kv_heads = context_kv_heads(model, training, tp, mbs)
     q_heads = mbs * nh / tp
-    block = float(kv_block_bytes(local_tokens, kv_heads, d, e))
     comm = training.context_parallel_comm
     if comm is ContextComm.P2P:
         forward = ring_attention_exposed_s(attention_forward_s, hw.send_s(context, block), cp)

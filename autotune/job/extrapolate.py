@@ -13,6 +13,7 @@ from autotune.hardware.calibration import axis_entry_key
 from autotune.hardware.layout import AxisLayout, Level, ParallelAxis
 from autotune.hardware.placement import MeshPlacement, ResourceKind
 from autotune.job.accuracy import Extrapolation, collective_extrapolations, gemm_extrapolations
+from autotune.job.block import context_block_bytes
 from autotune.job.hardware import level_entry
 from autotune.plan.results import PlanResult
 from autotune.specs.calibration import CalibrationSpec
@@ -108,12 +109,7 @@ def plan_extrapolations(
             _note(used, key[0], key[1], [message], "pipeline transfers")
     context = by_axis.get(ParallelAxis.CONTEXT)
     if context is not None and context.levels and training.context_parallel_comm is ContextComm.P2P:
-        kv = (
-            max(model.kv_heads / tp, 1.0)
-            if training.fc_algorithm is FcAlgorithm.MEGATRON_1D
-            else (model.kv_heads / tp)
-        )
-        block = 2.0 * (seq // cp) * mbs * kv * model.head_dim * e
+        block = context_block_bytes(model, training, tp, mbs, cp)
         key = _level_key(calibration, "send_recv", context.levels[-1])
         if key is not None:
             _note(used, key[0], key[1], [block, 2 * block], "context-parallel exchange")
