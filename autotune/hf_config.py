@@ -17,10 +17,24 @@ and for GPT-2's FFN width `GPT2Block`: `n_inner` or `4 * n_embd`).
 - position encoding: rotary for every family but GPT-2 (learned absolute
   positions); a trainer export says so (Megatron-LM's default is learned).
 
-Architectures meshtune cannot price (mixture of experts, multi-head latent
-attention, anything not listed) are refused with one line naming what is
-missing. Norms, biases and learned position embeddings are not part of the
-spec (they are not FC layers and hold well under 0.5% of the weights of the
+Mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 / V3
+(with multi-head latent attention and, for V3, multi-token prediction) and
+gpt-oss map onto `ModelSpec.moe` (and `mla`, `mtp_layers`) from the same
+classes' keys: routed experts (`num_local_experts`, `num_experts` or
+`n_routed_experts`), top-k (`num_experts_per_tok`), expert width
+(`moe_intermediate_size`, Mixtral's and gpt-oss's `intermediate_size`),
+shared experts (DeepSeek `n_shared_experts x moe_intermediate_size`,
+Qwen2-MoE `shared_expert_intermediate_size`), dense blocks first
+(DeepSeek `first_k_dense_replace`, Qwen `mlp_only_layers` when they are the
+leading blocks), MoE every n-th block (`decoder_sparse_step`), the router's
+scores (`scoring_func`) and node-limited routing (`topk_group`). gpt-oss's
+alternating sliding-window attention is priced as full attention (an
+upper bound on half its blocks' attention cores).
+
+Architectures meshtune cannot price (other mixture-of-experts families,
+anything not listed) are refused with one line naming what is missing.
+Norms, biases and learned position embeddings are not part of the spec
+(they are not FC layers and hold well under 0.5% of the weights of the
 models tested).
 """
 
@@ -33,6 +47,7 @@ from typing import Any
 from autotune.errors import InputError
 from autotune.specs.base import MAX_DIM, MAX_LAYERS
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
+from autotune.specs.model_params import block_params
 
 
 @dataclass(frozen=True)
@@ -104,15 +119,37 @@ ARCHITECTURES: dict[str, str] = {
     "GPT2LMHeadModel": "gpt2",
 }
 
-# Keys whose value > 1 marks a mixture of experts (Mixtral and Qwen3-MoE:
-# num_local_experts; Qwen2-MoE: num_experts; DeepSeek: n_routed_experts).
+# Keys whose value > 1 marks a mixture of experts (Mixtral, Qwen3-MoE and
+# gpt-oss: num_local_experts; Qwen2-MoE and Qwen3-MoE hub files:
+# num_experts; DeepSeek: n_routed_experts).
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+# The mixture-of-experts families read (their attention keys are Llama's;
+# DeepSeek's attention is multi-head latent attention).
+FAMILIES.update(
+    {
+        "mixtral": _Family(**_LLAMA_KEYS, tied_default=False),
+        "qwen2_moe": _Family(**_LLAMA_KEYS, tied_default=False),
+        "qwen3_moe": _Family(**_LLAMA_KEYS, tied_default=False),
+        "gpt_oss": _Family(**_LLAMA_KEYS, tied_default=False),
+        "deepseek_v2": _Family(**{**_LLAMA_KEYS, "head_dim": None}, tied_default=False),
+        "deepseek_v3": _Family(**{**_LLAMA_KEYS, "head_dim": None}, tied_default=False),
+    }
+)
+ARCHITECTURES.update(
+    {
+        "MixtralForCausalLM": "mixtral",
+        "Qwen2MoeForCausalLM": "qwen2_moe",
+        "Qwen3MoeForCausalLM": "qwen3_moe",
+        "GptOssForCausalLM": "gpt_oss",
+        "DeepseekV2ForCausalLM": "deepseek_v2",
+        "DeepseekV3ForCausalLM": "deepseek_v3",
+    }
+)
+_MOE_READ = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3")
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+# mixture-of-experts families whose layouts are not mapped
 _MOE_TYPES = (
-    "mixtral",
-    "qwen2_moe",
-    "qwen3_moe",
-    "deepseek_v2",
-    "deepseek_v3",
     "dbrx",
     "olmoe",
     "granitemoe",
@@ -123,7 +160,7 @@ _MOE_TYPES = (
     "llama4_text",
 )
 
-_FIX_DENSE = "use a dense model, or write the model's fields in the plan YAML (README)"
+_FIX_DENSE = "write the model's fields (with `moe:`) in the plan YAML (README)"
 
 
 def _fail(path: str, field: str | None, message: str, value: Any = None, fix: str = "") -> None:
@@ -146,14 +183,16 @@ def _model_type(data: dict[str, Any], path: str) -> str:
 
 
 def _refuse_unpriceable(data: dict[str, Any], model_type: str, path: str) -> None:
+    if model_type in _MOE_READ:
+        return
     for key in _EXPERT_KEYS:
         value = data.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 1:
             _fail(
                 path,
                 key,
-                "mixture of experts cannot be priced yet: meshtune plans dense FFN blocks "
-                "(no expert parallelism or routing cost)",
+                f"marks a mixture of experts in a {model_type!r} config, whose expert layout "
+                f"meshtune does not map (it reads {', '.join(_MOE_READ)})",
                 value,
                 _FIX_DENSE,
             )
@@ -161,7 +200,8 @@ def _refuse_unpriceable(data: dict[str, Any], model_type: str, path: str) -> Non
         _fail(
             path,
             "model_type",
-            "is a mixture-of-experts family, which meshtune cannot price yet (dense FFNs only)",
+            "is a mixture-of-experts family whose layout meshtune does not map "
+            f"(it reads {', '.join(_MOE_READ)})",
             model_type,
             _FIX_DENSE,
         )
@@ -169,8 +209,7 @@ def _refuse_unpriceable(data: dict[str, Any], model_type: str, path: str) -> Non
         _fail(
             path,
             "kv_lora_rank",
-            "multi-head latent attention cannot be priced yet: meshtune plans Q, K and V "
-            "projections of full width",
+            f"multi-head latent attention is read only in DeepSeek configs, not {model_type!r}",
             data["kv_lora_rank"],
             _FIX_DENSE,
         )
@@ -241,6 +280,19 @@ def spec_fields(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
                 'add `"head_dim"`',
             )
         head_dim = hidden // heads
+    mla = _mla_fields(data, file) if model_type in _DEEPSEEK else None
+    if mla is not None:
+        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        kv = None  # every head has its own key and value (from the compressed KV)
+    moe = _moe_fields(data, model_type, layers, file) if model_type in _MOE_READ else None
+    if model_type in ("mixtral", "gpt_oss"):
+        # every block is MoE: intermediate_size is the expert width
+        assert moe is not None
+        ffn = moe["expert_ffn_size"]
+    mtp = 0
+    if model_type == "deepseek_v3":
+        mtp = _dimension(data, "num_nextn_predict_layers", file, optional=True, high=MAX_LAYERS)
+        mtp = mtp or 0
     tied = data.get("tie_word_embeddings", fam.tied_default)
     if not isinstance(tied, bool):
         _fail(file, "tie_word_embeddings", "must be true or false", tied, "write true or false")
@@ -258,22 +310,103 @@ def spec_fields(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
         ).value,
         "vocab_size": vocab,
         "tied_embeddings": tied,
+        **({"moe": moe} if moe is not None else {}),
+        **({"mla": mla} if mla is not None else {}),
+        **({"mtp_layers": mtp} if mtp else {}),
     }
 
 
-def parameter_count(model: ModelSpec) -> int:
-    """Weights the spec describes: every block's FC weights plus the token
-    embedding and, when untied, the output projection:
+def _first_key(data: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """The first of `keys` the config gives (the last when none: the one a
+    'required' error names)."""
+    return next((k for k in keys if data.get(k) is not None), keys[-1])
 
-        L * (H (nh + 2 nkv) d + nh d H + f H F) + V H (2 - tied),  f = 3 gated, 2 not
 
-    Norms, biases and learned position embeddings are left out. Needs
-    `vocab_size` and `tied_embeddings` (ValueError otherwise)."""
+def _moe_fields(data: dict[str, Any], model_type: str, layers: int, path: str) -> dict[str, Any]:
+    """`ModelSpec.moe` from a mixture-of-experts config (module docstring)."""
+    experts_key = _first_key(data, ("num_local_experts", "num_experts", "n_routed_experts"))
+    experts = _dimension(data, experts_key, path)
+    top_k = _dimension(data, "num_experts_per_tok", path)
+    assert experts is not None and top_k is not None
+    width_key = (
+        "intermediate_size" if model_type in ("mixtral", "gpt_oss") else ("moe_intermediate_size")
+    )
+    out: dict[str, Any] = {
+        "num_experts": experts,
+        "experts_per_token": top_k,
+        "expert_ffn_size": _dimension(data, width_key, path),
+    }
+    if model_type in _DEEPSEEK:
+        shared = _dimension(data, "n_shared_experts", path, optional=True) or 0
+        out["shared_expert_ffn_size"] = shared * out["expert_ffn_size"]
+        if data.get("first_k_dense_replace") not in (None, 0):
+            out["first_dense_layers"] = _dimension(
+                data, "first_k_dense_replace", path, high=MAX_LAYERS
+            )
+        freq = data.get("moe_layer_freq", 1)
+        if freq != 1:
+            _fail(
+                path,
+                "moe_layer_freq",
+                "other than 1 is not mapped (meshtune places MoE blocks after the dense ones "
+                "at every block)",
+                freq,
+                "use 1, or write the model's fields in the plan YAML",
+            )
+        if data.get("scoring_func", "softmax" if model_type == "deepseek_v2" else "sigmoid") == (
+            "sigmoid"
+        ):
+            out["router"] = "sigmoid"
+        limit = _dimension(data, "topk_group", path, optional=True)
+        groups = _dimension(data, "n_group", path, optional=True)
+        if limit is not None and groups is not None and limit < groups:
+            out["node_limit"] = limit
+    if model_type == "qwen2_moe":
+        out["shared_expert_ffn_size"] = (
+            _dimension(data, "shared_expert_intermediate_size", path, optional=True) or 0
+        )
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        step = _dimension(data, "decoder_sparse_step", path, optional=True, high=MAX_LAYERS)
+        out["layer_frequency"] = step or 1
+        dense = data.get("mlp_only_layers") or []
+        if not isinstance(dense, list) or dense != list(range(len(dense))) or len(dense) > layers:
+            _fail(
+                path,
+                "mlp_only_layers",
+                "is mapped only as the leading blocks [0, 1, ..., n-1]",
+                dense,
+                "list the leading block indices, or write the model's fields in the plan YAML",
+            )
+        out["first_dense_layers"] = len(dense)
+    return out
+
+
+def _mla_fields(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """`ModelSpec.mla` from a DeepSeek-V2 / V3 config."""
+    return {
+        "q_lora_rank": _dimension(data, "q_lora_rank", path, optional=True),
+        "kv_lora_rank": _dimension(data, "kv_lora_rank", path),
+        "qk_nope_head_dim": _dimension(data, "qk_nope_head_dim", path),
+        "qk_rope_head_dim": _dimension(data, "qk_rope_head_dim", path),
+        "v_head_dim": _dimension(data, "v_head_dim", path),
+    }
+
+
+def parameter_count(model: ModelSpec, active: bool = False) -> int:
+    """Weights the spec describes (what `transformers` counts): every
+    block's FC weights (plan/layers.block_params: attention, dense FFN or
+    shared and routed experts with the router) plus the token embedding and,
+    when untied, the output projection::
+
+        sum_l P_block(l) + V H (2 - tied)
+
+    With `active`, a MoE block counts the `k` routed experts a token uses.
+    Multi-token-prediction modules are left out (`transformers` does not
+    build them; plan/layers.mtp_params counts them). Norms, biases and
+    learned position embeddings are left out. Needs `vocab_size` and
+    `tied_embeddings` (ValueError otherwise)."""
     if model.vocab_size is None or model.tied_embeddings is None:
         raise ValueError("parameter_count needs vocab_size and tied_embeddings")
-    h, d = model.hidden_size, model.head_dim
-    attention = h * (model.num_heads + 2 * model.kv_heads) * d + model.attention_width * h
-    ffn_matrices = 3 if model.ffn_kind is FfnKind.SWIGLU else 2
-    block = attention + ffn_matrices * h * model.ffn_size
-    embeddings = model.vocab_size * h * (1 if model.tied_embeddings else 2)
-    return model.num_layers * block + embeddings
+    blocks = sum(block_params(model, i, active) for i in range(model.num_layers))
+    embeddings = model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
+    return blocks + embeddings

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.specs.model import FfnKind, ModelSpec
+from autotune.specs.model_params import mla_projection_params
 from autotune.specs.training import TrainingSpec
 
 QKV = "qkv"
@@ -59,17 +60,43 @@ def fc_layers(model: ModelSpec, training: TrainingSpec) -> list[FCLayer]:
     return block_fc_layers(model, training.tokens_per_micro_batch, count)
 
 
+def qkv_out_features(model: ModelSpec) -> int:
+    """Output width of the block's QKV layer: `(nh + 2 nkv) d`. Under MLA,
+    the four low-rank projections are planned as one QKV layer of the same
+    input and (to a multiple of `nh`, so heads still divide) the same
+    weights and FLOPs: `ceil(P_mla / (h nh)) nh` (an approximation: the
+    chained down- and up-projections' own collectives are not priced)."""
+    if model.mla is None:
+        return (model.num_heads + 2 * model.kv_heads) * model.head_dim
+    per_head = math.ceil(mla_projection_params(model) / (model.hidden_size * model.num_heads))
+    return per_head * model.num_heads
+
+
+def planned_ffn_size(model: ModelSpec) -> int:
+    """Width of the FFN planned with the attention as one tensor-parallel
+    block: the model's ffn_size, or for a mixture of experts the shared
+    experts' width (0: none; the routed experts are priced apart,
+    cost_models.moe)."""
+    if model.moe is None:
+        return model.ffn_size
+    return model.moe.shared_expert_ffn_size
+
+
 def block_fc_layers(model: ModelSpec, tokens: int, count: int = 1) -> list[FCLayer]:
     """The FC layers of a block for `tokens` tokens per micro-batch, each run
-    `count` times per step (see :func:`fc_layers`)."""
+    `count` times per step (see :func:`fc_layers`): QKV (qkv_out_features)
+    and the attention output, then the FFN of planned_ffn_size (none when
+    it is 0)."""
     h = model.hidden_size
-    qkv_out = (model.num_heads + 2 * model.kv_heads) * model.head_dim
     layers = [
-        FCLayer(QKV, h, qkv_out, tokens, count),
+        FCLayer(QKV, h, qkv_out_features(model), tokens, count),
         FCLayer(ATTN_OUT, model.attention_width, h, tokens, count),
     ]
+    ffn = planned_ffn_size(model)
+    if ffn == 0:
+        return layers
     if model.ffn_kind is FfnKind.SWIGLU:
-        layers.append(FCLayer(FFN_GATE, h, model.ffn_size, tokens, count))
-    layers.append(FCLayer(FFN_UP, h, model.ffn_size, tokens, count))
-    layers.append(FCLayer(FFN_DOWN, model.ffn_size, h, tokens, count))
+        layers.append(FCLayer(FFN_GATE, h, ffn, tokens, count))
+    layers.append(FCLayer(FFN_UP, h, ffn, tokens, count))
+    layers.append(FCLayer(FFN_DOWN, ffn, h, tokens, count))
     return layers

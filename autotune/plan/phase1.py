@@ -61,10 +61,13 @@ class Selection:
     cost_s: float
 
 
-def block_branches(layers: Sequence[FCLayer]) -> tuple[Branch, Branch]:
-    """The attention and feed-forward branches of a block's FC layers."""
+def block_branches(layers: Sequence[FCLayer]) -> tuple[Branch, ...]:
+    """The attention and feed-forward branches of a block's FC layers (a
+    mixture-of-experts block without shared experts plans attention only)."""
     index = {layer.name: i for i, layer in enumerate(layers)}
     attention = Branch("attention", (index[QKV],), index[ATTN_OUT], True)
+    if FFN_DOWN not in index:
+        return (attention,)
     first = (index[FFN_GATE], index[FFN_UP]) if FFN_GATE in index else (index[FFN_UP],)
     ffn = Branch("ffn", first, index[FFN_DOWN], False)
     return attention, ffn
