@@ -64,6 +64,11 @@ class PlanView:
         return self.doc.configuration.context_parallel_comm
 
     @property
+    def expert_parallel(self) -> int:
+        """Chips a mixture of experts' routed experts are spread over."""
+        return self.doc.configuration.expert_parallel
+
+    @property
     def total_chips(self) -> int:
         """Data parallel x pipeline parallel x context parallel x tensor parallel."""
         t = self.training
@@ -187,6 +192,7 @@ def resolved_training(doc: PlanDocument, path: str) -> TrainingSpec:
         "pipeline_parallel": c.pipeline_parallel,
         "context_parallel": c.context_parallel,
         "context_parallel_comm": c.context_parallel_comm,
+        "expert_parallel": c.expert_parallel,
         "fp8": c.fp8,
         "fp8_param_gather": c.fp8_param_gather,
         "micro_batch_size": c.micro_batch_size,

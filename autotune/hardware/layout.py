@@ -28,7 +28,7 @@ level of 2, reduced hierarchically (cost_models: one ring per level).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from autotune.hardware.cluster import Cluster
@@ -54,6 +54,8 @@ class ParallelAxis(str, Enum):
     DATA = "data"
     PIPELINE = "pipeline"
     GRADIENT = "gradient"  # data x context: where gradients are reduced
+    EXPERT = "expert"  # expert parallelism: the routed tokens' all-to-all
+    EXPERT_DATA = "expert_data"  # where expert gradients are reduced
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,8 @@ _WHAT = {
     ParallelAxis.DATA: "data-parallel group",
     ParallelAxis.PIPELINE: "pipeline",
     ParallelAxis.GRADIENT: "data x context group",
+    ParallelAxis.EXPERT: "expert-parallel group",
+    ParallelAxis.EXPERT_DATA: "expert-data group",
 }
 
 
@@ -366,3 +370,95 @@ def place_layout(cluster: Cluster, mesh: MeshShape, dp: int, pp: int, cp: int = 
     if cluster.topology is Topology.TORUS:
         return _torus(cluster, mesh, dp, pp, cp)
     return _nodes(cluster, mesh, dp, pp, cp)
+
+
+def _slice_levels(levels: list[Level], inner: int, size: int) -> tuple[Level, ...] | None:
+    """The levels crossed by a group of `size` ranks `inner` ranks apart,
+    in a rank order whose consecutive groups cross `levels` innermost
+    first: skip the innermost `inner` ranks, then take `size`. A level only
+    partly skipped or taken keeps its resource with the smaller group size
+    (a sub-ring on the same links). None when the sizes do not nest."""
+    out: list[Level] = []
+    skip, need = inner, size
+    for level in levels:
+        if need == 1:
+            break
+        n = level.size
+        if skip >= n:
+            if skip % n:
+                return None
+            skip //= n
+            continue
+        if n % skip:
+            return None
+        avail, skip = n // skip, 1
+        take = min(avail, need)
+        if avail % take or need % take:
+            return None
+        out.append(replace(level, size=take))
+        need //= take
+    return tuple(out) if need == 1 else None
+
+
+def expert_axes(cluster: Cluster, layout: Layout, ep: int) -> tuple[AxisLayout, AxisLayout] | str:
+    """(expert-parallel, expert-data) axes of a pipeline stage's
+    `N = t cp dp` chips regrouped for the experts (cost_models.moe, expert
+    tensor parallelism 1): `ep` consecutive ranks in the stage's order
+    (tensor, context, data) exchange tokens; ranks `ep` apart hold the same
+    experts. On nodes each is a group inside a node when its span fits one,
+    else over the NIC rails (as the data axis); on a torus, the levels of
+    the tensor, context and data axes the ranks cross. Or why it cannot be
+    laid out."""
+    stage = [
+        layout.axis(a)
+        for a in (
+            ParallelAxis.TENSOR_COL,
+            ParallelAxis.TENSOR_ROW,
+            ParallelAxis.CONTEXT,
+            ParallelAxis.DATA,
+        )
+    ]
+    chips = 1
+    for a in stage:
+        chips *= a.size
+    if chips % ep:
+        return f"expert parallelism {ep} does not divide the stage's {chips} chips"
+    edp = chips // ep
+    what_ep, what_edp = _WHAT[ParallelAxis.EXPERT], _WHAT[ParallelAxis.EXPERT_DATA]
+    if cluster.topology is not Topology.TORUS:
+        g = cluster.chips_per_node
+        if cluster.spec.node is None or g is None:
+            return f"cluster {cluster.spec.name} describes no node to place expert groups on"
+
+        def axis(which: ParallelAxis, size: int, stride: int, what: str) -> AxisLayout:
+            if size == 1:
+                return AxisLayout(which, 1, stride, ())
+            inside = g % (stride * size) == 0
+            return AxisLayout(
+                which, size, stride, (_node_level(cluster, size, inside, what, stride),)
+            )
+
+        data = axis(ParallelAxis.EXPERT_DATA, edp, ep, what_edp)
+        if ep <= g or ep % g:
+            return axis(ParallelAxis.EXPERT, ep, 1, what_ep), data
+        # an all-to-all spanning nodes: the chips in one node exchange over
+        # the node's links, and each chip's share for the other nodes leaves
+        # on its own NIC rail (two levels; a ring's few node-crossing hops
+        # spread over every rail instead, which the one-level axes model)
+        levels = (
+            _node_level(cluster, g, True, what_ep, 1),
+            _node_level(cluster, ep // g, False, what_ep, g),
+        )
+        return AxisLayout(ParallelAxis.EXPERT, ep, 1, levels), data
+    levels = [lv for a in stage for lv in a.levels]
+    inner = _slice_levels(levels, 1, ep)
+    outer = _slice_levels(levels, ep, edp)
+    if inner is None or outer is None:
+        return (
+            f"an expert-parallel group of {ep} does not nest in the torus groups of the "
+            "tensor, context and data axes"
+        )
+    return (
+        AxisLayout(ParallelAxis.EXPERT, ep, 1, inner),
+        AxisLayout(ParallelAxis.EXPERT_DATA, edp, ep, outer),
+    )

@@ -50,7 +50,7 @@ from autotune.hardware.layout import AxisLayout
 from autotune.job.fc import FcBlock
 from autotune.job.hardware import HardwareView
 from autotune.plan.dataflow import GemmPass, Stationary, table1
-from autotune.plan.layers import FFN_GATE, block_fc_layers
+from autotune.plan.layers import FFN_GATE, block_fc_layers, planned_ffn_size
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
 from autotune.specs.training import AttentionKernel, ContextComm, FcAlgorithm, Fp8Recipe
@@ -68,7 +68,6 @@ from cost_models.meshslice import meshslice_lower_bound_s
 from cost_models.transformer_flops import (
     FLASH_BACKWARD_GEMMS,
     attention_core_forward_flops,
-    block_matrix_params,
 )
 
 
@@ -80,7 +79,7 @@ def block_shape(model: ModelSpec, sequence_length: int) -> BlockShape:
         num_heads=model.num_heads,
         num_kv_heads=model.kv_heads,
         head_dim=model.head_dim,
-        ffn=model.ffn_size,
+        ffn=planned_ffn_size(model),
         gated=model.ffn_kind is FfnKind.SWIGLU,
         seq_len=sequence_length,
     )
@@ -293,16 +292,11 @@ def activation_bytes_per_mode(
 
 
 def block_params_per_chip(model: ModelSpec, tp: int) -> float:
-    """FC weights of a block split over `tp` chips, plus its two norms'
-    scales (replicated): `P_block / tp + 2 h`."""
-    params = block_matrix_params(
-        model.hidden_size,
-        model.num_heads,
-        model.kv_heads,
-        model.head_dim,
-        model.ffn_size,
-        model.ffn_kind is FfnKind.SWIGLU,
-    )
+    """Weights of the planned block's FC layers (plan/layers.block_fc_layers:
+    attention and the dense FFN, or a MoE block's shared experts) split over
+    `tp` chips, plus its two norms' scales (replicated): `P_block / tp + 2 h`.
+    A MoE block's routed experts and router are job/experts.py's."""
+    params = sum(layer.in_features * layer.out_features for layer in block_fc_layers(model, 1))
     return params / tp + 2 * model.hidden_size
 
 
@@ -434,7 +428,7 @@ def block_figures(
     micro-batch on `tp` tensor-parallel chips, each sequence split over the
     `context` axis's chips (none: no context parallelism)."""
     cp = 1 if context is None else context.size
-    s, nh, d = training.sequence_length, model.num_heads, model.head_dim
+    s, nh, d = training.sequence_length, model.num_heads, model.core_head_dim
     local_s = s // cp
     e = training.dtype.num_bytes
     flash = training.attention is AttentionKernel.FLASH
@@ -452,8 +446,8 @@ def block_figures(
     ops = block_elementwise_ops(
         model.hidden_size,
         model.attention_width,
-        model.kv_heads * d,
-        model.ffn_size,
+        model.kv_heads * model.head_dim,
+        planned_ffn_size(model),
         model.ffn_kind is FfnKind.SWIGLU,
         nh,
         local_s,

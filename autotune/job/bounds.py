@@ -37,8 +37,10 @@ import numpy as np
 from autotune.job.block import activation_bytes_per_mode, block_params_per_chip, end_memory
 from autotune.job.model import Candidates, block_seconds
 from autotune.specs.job import JobInput
+from autotune.specs.model_params import ffn_matrices
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.elementwise import adam_step_bytes_per_param
+from cost_models.moe import expert_params_per_chip
 
 
 def _per_key(c: Candidates, fn) -> np.ndarray:
@@ -78,6 +80,20 @@ def memory_lower_bound(
     ).reshape(-1, 3)
     lightest = acts.min(axis=1) if recompute_searched else acts[np.arange(len(c)), c.recompute]
     total = (model.num_layers * params + ends[:, 0] + ends[:, 1]) * per_param
+    if model.moe is not None:
+        # the routed experts' weights and state, sharded over the expert-data group
+        moe = model.moe
+        experts = expert_params_per_chip(
+            moe.num_experts, c.ep, 1, model.hidden_size, moe.expert_ffn_size, ffn_matrices(model)
+        )
+        d_x = (c.tp * c.cp * c.dp).astype(float) / c.ep
+        z = c.zero
+        per_expert_param = (
+            e / np.where(z >= 3, d_x, 1.0)
+            + g / np.where(z >= 2, d_x, 1.0)
+            + OPTIMIZER_BYTES_PER_PARAM / np.where(z >= 1, d_x, 1.0)
+        )
+        total += sum(model.moe_layer_flags) * experts * per_expert_param
     total += ends[:, 2] + model.num_layers * lightest
     gathered = np.where(c.zero == 3, 2 * params * e, 0.0)
     return total / c.pp + per_stage_bytes + gathered
@@ -104,6 +120,12 @@ def step_lower_bound(
     f_blk, b_blk = block_seconds(arrays)
     ends = arrays["head_f"] + arrays["head_b"] + arrays["tail_f"] + arrays["tail_b"]
     work = model.num_layers * (f_blk + b_blk) + ends + np.where(c.pp > 1, 2 * pp * v * p2p_s, 0)
+    if model.moe is not None:
+        # a mixture of experts' routed part and dense blocks' wider FFN
+        moe_layers = sum(model.moe_layer_flags)
+        dense_layers = model.num_layers - moe_layers
+        work = work + moe_layers * (arrays["x_f"] + arrays["x_b"])
+        work = work + dense_layers * (arrays["xd_f"] + arrays["xd_b"])
     chain = work / (1 - (1 - 1 / m) ** pp)
     average = m * work / pp
     pipe = np.where(c.pp == 1, m * work, np.where(v == 1, np.maximum(chain, average), average))

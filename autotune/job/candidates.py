@@ -24,6 +24,11 @@ the degree it refuses:
   (specs/training.context_parallel_rule), `constraints.max_context_parallel`;
   a2a (Ulysses) also needs the query and key/value heads of each tensor
   chip divisible by cp (Megatron-LM and Transformer Engine assert both);
+- expert parallelism (a mixture of experts; 1 for a dense model): `ep`
+  divides the routed experts and the `t cp dp` chips of a stage (Megatron-
+  Core's parallel folding: the experts regroup the stage's chips, expert
+  tensor parallelism 1), `constraints.max_expert_parallel`, and its groups
+  lay out (hardware/layout.expert_axes);
 - pipeline: at most one chunk per layer, `constraints.max_pipeline_stages`;
 - data parallelism: divides the global batch;
 - micro-batch: divides each replica's sequences, at most
@@ -299,6 +304,9 @@ def _outer_rows(
             context = f" x cp {cp}" if cp > 1 else ""
             refusals.add("layout", f"{mesh}{context} x dp {dp} x pp {pp}", layout)
             continue
+        eps = expert_degrees(inp, hw, lim, refusals, mesh, dp, pp, cp)
+        if not eps:
+            continue
         per_replica = batch // dp
         sizes = _micro_batch_sizes(per_replica, pinned_mbs, t.micro_batches, lim, refusals)
         for mbs in sizes:
@@ -323,10 +331,60 @@ def _outer_rows(
                     )
                     continue
                 zeros = _zero_stages(dp * cp, pinned_zero, lim, refusals)
-                for rc in modes:
-                    for z in zeros:
-                        rows_out.append((mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z, cp))
+                for ep in eps:
+                    for rc in modes:
+                        for z in zeros:
+                            rows_out.append(
+                                (mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z, cp, ep)
+                            )
     return rows_out
+
+
+def expert_degrees(
+    inp: JobInput,
+    hw: HardwareView,
+    lim: Constraints,
+    refusals: Refusals,
+    mesh: MeshShape,
+    dp: int,
+    pp: int,
+    cp: int,
+) -> list[int]:
+    """The expert-parallel degrees of one configuration (module docstring):
+    [1] for a dense model."""
+    moe = inp.model.moe
+    pinned = inp.training.pinned("expert_parallel")
+    if moe is None:
+        if pinned not in (None, 1):
+            refusals.add("expert_parallel", pinned, "the model has no routed experts")
+            return []
+        return [1]
+    stage = mesh.num_chips * cp * dp
+    out = []
+    for ep in divisors(stage):
+        if not _pinned_ok(pinned, ep):
+            continue
+        why = None
+        if moe.num_experts % ep:
+            why = f"does not divide the {moe.num_experts} routed experts"
+        elif (
+            pinned is None and lim.max_expert_parallel is not None and ep > lim.max_expert_parallel
+        ):
+            why = "above constraints.max_expert_parallel"
+        else:
+            axes = hw.expert_axes(mesh, dp, pp, cp, ep)
+            why = axes if isinstance(axes, str) else None
+        if why is not None:
+            refusals.add("expert_parallel", ep, why)
+            continue
+        out.append(ep)
+    if pinned is not None and stage % pinned:
+        refusals.add(
+            "expert_parallel",
+            pinned,
+            f"does not divide a stage's {stage} chips (tensor x context x data)",
+        )
+    return out
 
 
 def _dominated_by_data_parallelism(
@@ -407,15 +465,15 @@ def canonical_order(c: Candidates) -> np.ndarray:
     """The tie-break order: fewer tensor chips, then fewer context chips,
     fewer pipeline stages,
     fewer rows, smaller ZeRO stage, less recomputation, less interleaving,
-    larger micro-batch. Among equal step times the earliest row wins, so
-    the plan prefers the simplest configuration and never depends on
+    larger micro-batch, fewer expert-parallel chips. Among equal step
+    times the earliest row wins, so the plan prefers the simplest configuration and never depends on
     enumeration or solver timing."""
-    keys = (-c.mbs, c.v, c.recompute, c.zero, c.rows, c.pp, c.cp, c.tp)
+    keys = (c.ep, -c.mbs, c.v, c.recompute, c.zero, c.rows, c.pp, c.cp, c.tp)
     return np.lexsort(keys)
 
 
 TIE_BREAK_RULE = (
     "equal step times (within a relative 1e-9) go to fewer tensor chips, then fewer context "
     "chips, fewer pipeline stages, fewer mesh rows, lower ZeRO stage, less recomputation, less "
-    "interleaving, larger micro-batch"
+    "interleaving, larger micro-batch, fewer expert-parallel chips"
 )

@@ -39,6 +39,7 @@ def _summary(config: dict[str, int | str], recompute: str, batch: int) -> Config
     return ConfigSummaryDoc(
         tensor_mesh=[int(config["rows"]), int(config["cols"])],
         context_parallel=int(config.get("cp", 1)),
+        expert_parallel=int(config.get("ep", 1)),
         pipeline_parallel=int(config["pp"]),
         interleave=int(config["v"]),
         data_parallel=dp,
@@ -114,6 +115,7 @@ def to_document(plan: Plan) -> PlanDocument:
             or t.sequence_parallel,
             context_parallel=int(c.get("cp", 1)),
             context_parallel_comm=t.context_parallel_comm.value,
+            expert_parallel=int(c.get("ep", 1)),
             pipeline_parallel=pp,
             interleave=v,
             data_parallel=int(c["dp"]),

@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike
 from autotune.errors import InputError
 from autotune.hardware.calibration import compute_model_for, link_params
 from autotune.hardware.cluster import Cluster
-from autotune.hardware.layout import AxisLayout, Layout, Level, place_layout
+from autotune.hardware.layout import AxisLayout, Layout, Level, expert_axes, place_layout
 from autotune.hardware.placement import ResourceKind
 from autotune.plan.context import SearchContext, check_calibration
 from autotune.plan.context import search_context as fc_search_context
@@ -59,6 +59,7 @@ class HardwareView:
     #: the fused kernel's rate halves at this sequence length (0: constant)
     attention_seq_half: float = 0.0
     _layouts: dict = field(default_factory=dict, repr=False)
+    _expert_axes: dict = field(default_factory=dict, repr=False)
     _contexts: dict = field(default_factory=dict, repr=False)
     _links: dict = field(default_factory=dict, repr=False)
 
@@ -78,6 +79,19 @@ class HardwareView:
         if key not in self._layouts:
             self._layouts[key] = place_layout(self.cluster, mesh, dp, pp, cp)
         return self._layouts[key]
+
+    def expert_axes(
+        self, mesh: MeshShape, dp: int, pp: int, cp: int, ep: int
+    ) -> tuple[AxisLayout, AxisLayout] | str:
+        """The expert-parallel and expert-data axes of a configuration
+        (hardware/layout.py `expert_axes`), or why they cannot be laid out."""
+        key = (mesh, dp, pp, cp, ep)
+        if key not in self._expert_axes:
+            layout = self.layout(mesh, dp, pp, cp)
+            self._expert_axes[key] = (
+                layout if isinstance(layout, str) else expert_axes(self.cluster, layout, ep)
+            )
+        return self._expert_axes[key]
 
     def tensor_context(self, mesh: MeshShape) -> SearchContext:
         """The FC planner's context with `mesh` placed on the cluster (its
@@ -185,7 +199,9 @@ class HardwareView:
             seconds = seconds + (level.size - 1) * (total / divided) / bw
         return seconds
 
-    def hierarchical_all_to_all_s(self, axis: AxisLayout, total_bytes: ArrayLike) -> np.ndarray:
+    def hierarchical_all_to_all_s(
+        self, axis: AxisLayout, total_bytes: ArrayLike, scale_out_share: float = 1.0
+    ) -> np.ndarray:
         """Seconds of one all-to-all over `axis`'s groups in which every chip
         holds `total_bytes` and sends `total / P` to each of the `P` chips
         (itself included). A pairwise exchange on one level of `P_l` chips is
@@ -200,13 +216,17 @@ class HardwareView:
 
         the levels one after the other (an upper bound when NCCL runs them
         at once). Each level's link is its all-gather link (the same wires
-        and per-chip egress). Vectorised."""
+        and per-chip egress). `scale_out_share` scales the bytes on levels
+        that cross nodes or slices (a mixture of experts' node-limited
+        routing, cost_models.moe.node_limited_share). Vectorised."""
         total = np.asarray(total_bytes, dtype=float)
         seconds = np.zeros_like(total)
         inner = 1
         for level in axis.levels:
+            crosses = level.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN)
+            piece = inner * total / axis.size * (scale_out_share if crosses else 1.0)
             seconds = seconds + ring_collective_s(
-                self.level_link(level, "all_gather"), level.size, inner * total / axis.size
+                self.level_link(level, "all_gather"), level.size, piece
             )
             inner *= level.size
         return seconds

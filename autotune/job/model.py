@@ -53,8 +53,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.hardware.layout import Layout, ParallelAxis
+from autotune.hardware.layout import AxisLayout, Layout, ParallelAxis
 from autotune.job.block import BlockFigures, EndFigures
+from autotune.job.experts import ExpertFigures
 from autotune.job.hardware import HardwareView
 from autotune.pipeline.schedule import peak_alive_vectors
 from autotune.pipeline.search import makespans_s, schedule_graph
@@ -74,6 +75,8 @@ PARTS: dict[str, str] = {
     "fc_compute_s": "FC compute",
     "tp_comm_s": "FC exposed communication",
     "attention_s": "attention core",
+    "expert_s": "routed experts (MoE)",
+    "ep_comm_s": "expert all-to-all",
     "cp_comm_s": "context-parallel exposed",
     "elementwise_s": "memory-bound ops",
     "recompute_s": "recomputation",
@@ -84,7 +87,7 @@ PARTS: dict[str, str] = {
     "optimizer_s": "optimizer step",
 }
 
-COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero", "cp")
+COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero", "cp", "ep")
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class Candidates:
     recompute: np.ndarray
     zero: np.ndarray
     cp: np.ndarray  # context-parallel chips per sequence
+    ep: np.ndarray  # expert-parallel chips (MoE models; 1 otherwise)
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -127,11 +131,13 @@ class Candidates:
 
     @staticmethod
     def of(rows: list[dict[str, int]]) -> Candidates:
-        """Candidates from plain rows (`recompute` as its index; `cp` 1
-        when left out)."""
+        """Candidates from plain rows (`recompute` as its index; `cp` and
+        `ep` 1 when left out)."""
         return Candidates(
             *(
-                np.asarray([r.get(c, 1) if c == "cp" else r[c] for r in rows], dtype=np.int64)
+                np.asarray(
+                    [r.get(c, 1) if c in ("cp", "ep") else r[c] for r in rows], dtype=np.int64
+                )
                 for c in COLUMNS
             )
         )
@@ -145,6 +151,19 @@ class Candidates:
                 self.cols.tolist(),
                 self.mbs.tolist(),
                 self.cp.tolist(),
+                strict=True,
+            )
+        )
+
+    def expert_keys(self) -> list[tuple[int, ...]]:
+        """Per candidate the key of its expert figures:
+        (rows, cols, mbs, cp, dp, pp, ep)."""
+        return list(
+            zip(
+                *(
+                    getattr(self, k).tolist()
+                    for k in ("rows", "cols", "mbs", "cp", "dp", "pp", "ep")
+                ),
                 strict=True,
             )
         )
@@ -171,6 +190,16 @@ class KeyFigures:
     blocks: dict[tuple[int, int, int, int], BlockFigures]
     ends: dict[tuple[int, int, int, int], EndFigures]
     layouts: dict[tuple[int, int, int, int, int], Layout]
+    #: a mixture of experts: the routed part per (rows, cols, mbs, cp, dp,
+    #: pp, ep), the expert-data axis per (rows, cols, dp, pp, cp, ep), and
+    #: per block (model order) whether it is a MoE block
+    experts: dict[tuple[int, ...], ExpertFigures] = field(default_factory=dict)
+    expert_data_axes: dict[tuple[int, ...], AxisLayout] = field(default_factory=dict)
+    moe_flags: tuple[bool, ...] = ()
+
+    def like(self) -> KeyFigures:
+        """Empty figures for the same model (its MoE blocks), sharing the layouts."""
+        return KeyFigures({}, {}, self.layouts, {}, self.expert_data_axes, self.moe_flags)
 
 
 @dataclass(frozen=True)
@@ -254,7 +283,58 @@ def gather_figures(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
         "tail_b": col([e.tail_backward_s for e in ends]),
         "tail_p": col([e.tail_params for e in ends]),
         "tail_x": col([e.tail_transient_bytes for e in ends]),
+        **_gather_experts(c, figs),
     }
+
+
+_NO_EXPERTS = ExpertFigures(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (0.0,) * 3, (0.0,) * 3, 0.0, 1.0, 0.0)
+
+
+def _gather_experts(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
+    """Per-candidate arrays of the expert figures (zeros for a dense model)."""
+    if figs.experts:
+        keys = c.expert_keys()
+        uniq = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+        idx = np.array([uniq[k] for k in keys], dtype=np.int64)
+        xs = [figs.experts[k] for k in uniq]
+    else:
+        idx = np.zeros(len(c), dtype=np.int64)
+        xs = [_NO_EXPERTS]
+
+    def col(values: list) -> np.ndarray:
+        arr = np.asarray(values, dtype=float)
+        return arr[idx] if arr.ndim == 1 else arr.reshape(len(xs), -1)[idx]
+
+    return {
+        "x_f": col([x.forward_s for x in xs]),
+        "x_b": col([x.backward_s for x in xs]),
+        "x_a2a": col([x.all_to_all_forward_s + x.all_to_all_backward_s for x in xs]),
+        "x_params": col([x.expert_params for x in xs]),
+        "x_router": col([x.router_params for x in xs]),
+        "x_buf": col([x.buffer_bytes for x in xs]),
+        "x_act": col([x.activation_bytes for x in xs]),
+        "x_rec": col([x.recompute_s for x in xs]),
+        "xd_f": col([x.dense_forward_s for x in xs]),
+        "xd_b": col([x.dense_backward_s for x in xs]),
+        "xd_params": col([x.dense_params for x in xs]),
+        "xd_act": col([x.dense_activation_bytes for x in xs]),
+    }
+
+
+def kind_counts(layers: np.ndarray, moe_flags: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(MoE blocks, dense blocks of a MoE model) per model chunk, for
+    `layers` blocks per chunk in model order (`(..., chunks)`): the chunk
+    holding blocks `[a, b)` has `sum(flags[a:b])` MoE blocks. Both zero for
+    a dense model (its blocks are the planned block alone)."""
+    if not moe_flags:
+        zero = np.zeros_like(layers, dtype=float)
+        return zero, zero
+    whole = np.rint(layers).astype(np.int64)
+    ends = np.cumsum(whole, axis=-1)
+    starts = ends - whole
+    prefix = np.concatenate([[0], np.cumsum(np.asarray(moe_flags, dtype=np.int64))])
+    moe = (prefix[ends] - prefix[starts]).astype(float)
+    return moe, whole - moe
 
 
 def block_seconds(a: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -420,14 +500,24 @@ def _price_group(
     fp8_copy_bytes = fp8_weight_copy_bytes_per_param(training.fp8.value) if fp8 else 0.0
     f_blk, b_blk = block_seconds(g)
     layers = counts.sum(axis=2)  # (K, num)
+    # a mixture of experts: MoE and dense blocks per chunk, each mode's share
+    moe_n, dense_n = kind_counts(layers, figs.moe_flags)
+    share = counts / np.maximum(layers, 1.0)[:, :, None]
     # per chunk and micro-batch: blocks, recomputation, ends, send-recv
     fwd = layers * f_blk[:, None]
     bwd = layers * b_blk[:, None] + (counts * g["rec"][:, None, :]).sum(axis=2)
+    fwd += moe_n * g["x_f"][:, None] + dense_n * g["xd_f"][:, None]
+    bwd += moe_n * g["x_b"][:, None] + dense_n * g["xd_b"][:, None]
+    moe_rec = moe_n * (share * g["x_rec"][:, None, :]).sum(axis=2)
+    dense_rec = dense_n * share[:, :, 2] * g["xd_f"][:, None]
+    bwd += moe_rec + dense_rec
     fwd[:, 0] += g["head_f"]
     bwd[:, 0] += g["head_b"]
     fwd[:, -1] += g["tail_f"]
     bwd[:, -1] += g["tail_b"]
     act = (counts * g["act"][:, None, :]).sum(axis=2)
+    act += moe_n * (share * g["x_act"][:, None, :]).sum(axis=2)
+    act += dense_n * (share * g["xd_act"][:, None, :]).sum(axis=2)
     m = m_arr.astype(float)
     if pp == 1:
         makespan = m * (fwd[:, 0] + bwd[:, 0])
@@ -443,41 +533,56 @@ def _price_group(
         return x.reshape(k_count, v, pp, *x.shape[2:]).sum(axis=1)
 
     stage_layers = per_stage(layers)  # (K, pp)
+    stage_moe = per_stage(moe_n)
+    stage_dense = per_stage(dense_n)
     stage_fwd = per_stage(fwd)  # one micro-batch's compute on the stage, no send-recv
     stage_bwd = per_stage(bwd)
     chunks_per_stage = float(v)
     busy = m[:, None] * (stage_fwd + stage_bwd + (2 * chunks_per_stage * p2p)[:, None])
     stage_mode = per_stage(counts)  # (K, pp, 3)
 
-    # memory: parameters and their state, activations alive, buffers
-    params = stage_layers * g["params"][:, None]
+    # memory: parameters and their state, activations alive, buffers; a
+    # MoE model's routed experts are sharded over their own expert-data group
+    block_p = stage_layers * g["params"][:, None]
+    block_p += stage_moe * g["x_router"][:, None] + stage_dense * g["xd_params"][:, None]
+    params = block_p.copy()
     params[:, 0] += g["head_p"]
     params[:, -1] += g["tail_p"]
+    expert_p = stage_moe * g["x_params"][:, None]
     d = c.replicas[members].astype(float)
+    d_x = (c.tp * c.cp * c.dp)[members].astype(float) / c.ep[members]
     weights = e * params / np.where(zero >= 3, d, 1.0)[:, None]
+    weights += e * expert_p / np.where(zero >= 3, d_x, 1.0)[:, None]
     # an FP8 recipe's row-wise and column-wise weight copies (blocks only)
-    copies = stage_layers * g["params"][:, None] * fp8_copy_bytes
-    weights += copies / np.where(zero >= 3, d, 1.0)[:, None]
+    weights += block_p * fp8_copy_bytes / np.where(zero >= 3, d, 1.0)[:, None]
+    weights += expert_p * fp8_copy_bytes / np.where(zero >= 3, d_x, 1.0)[:, None]
     grads = grad_e * params / np.where(zero >= 2, d, 1.0)[:, None]
+    grads += grad_e * expert_p / np.where(zero >= 2, d_x, 1.0)[:, None]
     optim = OPTIMIZER_BYTES_PER_PARAM * params / np.where(zero >= 1, d, 1.0)[:, None]
+    optim += OPTIMIZER_BYTES_PER_PARAM * expert_p / np.where(zero >= 1, d_x, 1.0)[:, None]
     alive = _peak_activations(act, pp, v, int(m_arr[0])) if exact else np.zeros((k_count, pp))
     buffers = np.repeat((g["fc_buf"] + g["cp_buf"])[:, None], pp, axis=1)
     buffers += np.where(zero == 3, 2 * g["params"] * e, 0.0)[:, None]
     buffers[:, -1] += g["tail_x"]
     full_used = stage_mode[:, :, 2] > 0
     buffers += np.where(full_used, g["act"][:, 0][:, None], 0.0)
+    # the dispatched tokens of one MoE block, and its recomputed activations
+    has_moe = stage_moe > 0
+    buffers += np.where(has_moe, g["x_buf"][:, None], 0.0)
+    buffers += np.where(full_used & has_moe, g["x_act"][:, 0][:, None], 0.0)
     total = weights + grads + optim + alive + buffers + hw.workspace_bytes + hw.reserve_bytes
 
     # data parallelism and the optimizer, per stage
     dp_comm, dp_exposed, dp_floor = _data_parallel(
-        members, c, figs, hw, training, params, stage_fwd, stage_bwd, m, zero, e, grad_e
+        members, c, figs, hw, training, params, stage_fwd, stage_bwd, m, zero, e, grad_e, expert_p
     )
     owned = params / np.where(zero >= 1, d, 1.0)[:, None]
+    owned += expert_p / np.where(zero >= 1, d_x, 1.0)[:, None]
     opt_s = owned * adam_step_bytes_per_param(e, grad_e) / hw.hbm_bytes_per_s
     if fp8:
         # the FP8 weight copies are refreshed from the updated weights once
         # per step: read e, write the copies (every block weight on the chip)
-        block_params = stage_layers * g["params"][:, None]
+        block_params = block_p + expert_p
         opt_s = opt_s + block_params * (e + fp8_copy_bytes) / hw.hbm_bytes_per_s
     if not exact:
         # the exposed part shrinks as the windows grow, so lower-bound
@@ -493,7 +598,11 @@ def _price_group(
 
     # the parts of the step on that stage
     n_st = stage_layers[rows, stage]
+    moe_st = stage_moe[rows, stage]
+    dense_st = stage_dense[rows, stage]
     mode_st = stage_mode[rows, stage]
+    # the stage's recomputation of its MoE and dense-FFN blocks
+    moe_rec_st = per_stage(moe_rec + dense_rec)[rows, stage]
     ends = np.where(stage == 0, g["head_f"] + g["head_b"], 0.0) + np.where(
         stage == pp - 1, g["tail_f"] + g["tail_b"], 0.0
     )
@@ -501,9 +610,12 @@ def _price_group(
         "fc_compute_s": m * n_st * (g["fc_f"] + g["fc_b"] - g["fc_x"]),
         "tp_comm_s": m * n_st * g["fc_x"],
         "attention_s": m * n_st * (g["attn_f"] + g["attn_b"]),
+        "expert_s": m * moe_st * (g["x_f"] + g["x_b"] - g["x_a2a"])
+        + m * dense_st * (g["xd_f"] + g["xd_b"]),
+        "ep_comm_s": m * moe_st * g["x_a2a"],
         "cp_comm_s": m * n_st * (g["cp_f"] + g["cp_b"]),
         "elementwise_s": m * n_st * (g["ew_f"] + g["ew_b"]),
-        "recompute_s": m * (mode_st * g["rec"]).sum(axis=1),
+        "recompute_s": m * ((mode_st * g["rec"]).sum(axis=1) + moe_rec_st),
         "ends_s": m * ends,
         "pp_comm_s": m * 2 * chunks_per_stage * p2p,
         "bubble_s": makespan - busy[rows, stage],
@@ -589,9 +701,12 @@ def _data_parallel(
     zero: np.ndarray,
     e: int,
     grad_e: int,
-) -> tuple[np.ndarray, np.ndarray]:
+    expert_params: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(all data-parallel collective seconds, the part not hidden, the part
-    no window hides), per candidate and stage (module docstring).
+    no window hides), per candidate and stage (module docstring). A MoE
+    model's routed-expert weights (`expert_params` per stage) are reduced
+    the same way over their expert-data axis, after the others.
 
     Every window is one stage's forward and/or backward work (at most its
     busy time, so at most the makespan), and the exposed part is at least
@@ -599,44 +714,47 @@ def _data_parallel(
     `makespan + exposed >= max(comm, makespan + floor)` for any windows,
     which is what price(exact=False) uses."""
     gather_e = param_gather_bytes(training)
-    comm = np.zeros_like(params)
-    exposed = np.zeros_like(params)
-    floor = np.zeros_like(params)
+    rs = np.zeros_like(params)
+    ag = np.zeros_like(params)
+    bucket = np.zeros(len(members))
     sub = Candidates(*(getattr(c, col)[members] for col in COLUMNS))
-    for key, local in _by(sub, ("rows", "cols", "dp", "pp", "cp")).items():
-        if key[2] * key[4] == 1:
-            continue
-        axis = figs.layouts[key].axis(ParallelAxis.GRADIENT)
-        p = params[local]
-        z = zero[local][:, None]
-        m = m_all[local][:, None]
+    z = zero[:, None]
+    m = m_all[:, None]
+
+    def add(local: np.ndarray, axis: AxisLayout, p: np.ndarray) -> None:
         grad_rs = hw.hierarchical_ring_s(axis, "reduce_scatter", grad_e * p)
         grad_ag = hw.hierarchical_ring_s(axis, "all_gather", grad_e * p)
         param_ag = hw.hierarchical_ring_s(axis, "all_gather", gather_e * p)
-        bucket = float(hw.hierarchical_ring_s(axis, "reduce_scatter", float(BUCKET_BYTES)))
-        rs, ag = _zero_collectives(z, m, grad_rs, grad_ag, param_ag)
-        total = rs + ag
-        if not training.overlap_data_parallel:
-            hidden_not = least = total
-        else:
-            fwd, bwd = stage_fwd[local], stage_bwd[local]
-            z0 = _exposed(total, bwd, 2 * bucket)
-            z12 = _exposed(rs, bwd, bucket) + _exposed(ag, fwd, bucket)
-            z3 = _exposed(total, m * (fwd + bwd), bucket)
-            hidden_not = np.where(z == 0, z0, np.where(z == 3, z3, z12))
-            least = np.where(
-                z == 0,
-                np.minimum(2 * bucket, total),
-                np.where(
-                    z == 3,
-                    np.minimum(bucket, total),
-                    np.minimum(bucket, rs) + np.minimum(bucket, ag),
-                ),
+        one_rs, one_ag = _zero_collectives(z[local], m[local], grad_rs, grad_ag, param_ag)
+        rs[local] += one_rs
+        ag[local] += one_ag
+        if not bucket[local].any():
+            bucket[local] = float(
+                hw.hierarchical_ring_s(axis, "reduce_scatter", float(BUCKET_BYTES))
             )
-        comm[local] = total
-        exposed[local] = hidden_not
-        floor[local] = least
-    return comm, exposed, floor
+
+    for key, local in _by(sub, ("rows", "cols", "dp", "pp", "cp")).items():
+        if key[2] * key[4] > 1:
+            add(local, figs.layouts[key].axis(ParallelAxis.GRADIENT), params[local])
+    if expert_params is not None and figs.expert_data_axes:
+        for key, local in _by(sub, ("rows", "cols", "dp", "pp", "cp", "ep")).items():
+            axis = figs.expert_data_axes[key]
+            if axis.size > 1:
+                add(local, axis, expert_params[local])
+    total = rs + ag
+    b = bucket[:, None]
+    if not training.overlap_data_parallel:
+        return total, total, total
+    z0 = _exposed(total, stage_bwd, 2 * b)
+    z12 = _exposed(rs, stage_bwd, b) + _exposed(ag, stage_fwd, b)
+    z3 = _exposed(total, m * (stage_fwd + stage_bwd), b)
+    exposed = np.where(z == 0, z0, np.where(z == 3, z3, z12))
+    least = np.where(
+        z == 0,
+        np.minimum(2 * b, total),
+        np.where(z == 3, np.minimum(b, total), np.minimum(b, rs) + np.minimum(b, ag)),
+    )
+    return total, exposed, least
 
 
 def param_gather_bytes(training: TrainingInput) -> float:
@@ -697,7 +815,7 @@ def data_parallel_floor_s(
     return out
 
 
-def _exposed(comm_s: np.ndarray, window_s: np.ndarray, bucket_s: float) -> np.ndarray:
+def _exposed(comm_s: np.ndarray, window_s: np.ndarray, bucket_s: float | np.ndarray) -> np.ndarray:
     """cost_models.data_parallel.exposed_overlap_s on arrays:
     `max(comm - window, min(bucket, comm), 0)`."""
     return np.maximum(np.maximum(comm_s - window_s, np.minimum(bucket_s, comm_s)), 0.0)

@@ -15,7 +15,7 @@ that fits and is more than 10% faster, the plan says which and by how much.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from autotune.job.accuracy import Extrapolation, step_band_rel
 from autotune.job.balance_adapter import Balanced
 from autotune.job.block import BlockFigures, EndFigures
 from autotune.job.candidates import Refusals, tensor_meshes
+from autotune.job.experts import ExpertFigures
 from autotune.job.extrapolate import plan_extrapolations
 from autotune.job.fc import FcBlock, FcTable, megatron_plan_result
 from autotune.job.hardware import GIB, HardwareView, hardware_view
@@ -34,6 +35,7 @@ from autotune.plan.results import PlanResult
 from autotune.plan.search import evaluate_meshes, plan_result
 from autotune.specs.job import DEGREE_KEYS, RECOMPUTE_MODES, JobInput, TrainingInput
 from autotune.specs.model import FfnKind
+from autotune.specs.model_params import block_params
 from autotune.specs.training import FcAlgorithm, TrainingSpec
 from cost_models import MeshShape
 from cost_models.transformer_flops import model_flops_per_token, recompute_flops_per_token
@@ -106,6 +108,8 @@ class Plan:
     band_rel: float | None = None
     #: parts of the plan priced beyond what the calibration measured
     extrapolations: tuple[Extrapolation, ...] = ()
+    #: a mixture of experts: one MoE block's routed part (job/experts.py)
+    experts: ExpertFigures | None = None
 
     @property
     def num_chips(self) -> int:
@@ -167,6 +171,15 @@ def _flops(inp: JobInput, shares: np.ndarray) -> tuple[float, float]:
         * recompute_flops_per_token(mode, m.num_layers, *args, gated, t.sequence_length, flash)
         for i, mode in enumerate(RECOMPUTE_MODES)
     )
+    if m.moe is not None:
+        # a mixture of experts: the weights a token uses (plan/layers
+        # `block_params` with `active`: k routed experts), MLA's core widths
+        active = sum(block_params(m, i, active=True) for i in range(m.num_layers))
+        core = 12.0 * m.num_layers * t.sequence_length * m.num_heads * m.core_head_dim
+        core *= 0.5 if flash else 1.0
+        per_token = 6.0 * (active + m.hidden_size * (m.vocab_size or 0)) + core
+        full = 2.0 * active + core / 3.0
+        extra = float(shares[1]) * core / 3.0 + float(shares[2]) * full
     tokens = t.global_batch_sequences * t.sequence_length
     return per_token * tokens, (per_token + extra) * tokens
 
@@ -179,6 +192,7 @@ def resolved_training(inp: JobInput, config: dict[str, int | str], recompute: st
         data_parallel=int(config["dp"]),
         pipeline_parallel=int(config["pp"]),
         context_parallel=int(config.get("cp", 1)),
+        expert_parallel=int(config.get("ep", 1)),
         micro_batch_size=int(config["mbs"]),
         interleave=int(config["v"]),
         recompute=mode,
@@ -335,6 +349,18 @@ def make_plan(
     fc = _fc_result(inp, hw, training, mesh)
     key = one.figure_keys()[0]
     layout = outcome.figures.layouts[one.layout_keys()[0]]
+    experts = None
+    if model.moe is not None:
+        experts = outcome.figures.experts[one.expert_keys()[0]]
+        ep_axes = hw.expert_axes(
+            mesh,
+            int(config["dp"]),
+            int(config["pp"]),
+            int(config.get("cp", 1)),
+            int(config.get("ep", 1)),
+        )
+        assert not isinstance(ep_axes, str)
+        layout = replace(layout, axes=layout.axes + ep_axes)
     detail = priced.detail[0]
     assert detail is not None
     model_flops, hw_flops = _flops(inp, priced.recompute_flops_share[0])
@@ -358,6 +384,7 @@ def make_plan(
         fc=fc,
         block=outcome.figures.blocks[key],
         ends=outcome.figures.ends[key],
+        experts=experts,
         stages=detail,
         step_s=step_s,
         makespan_s=float(priced.makespan_s[0]),

@@ -23,31 +23,55 @@ _AXIS = {
     ParallelAxis.DATA: "data",
     ParallelAxis.PIPELINE: "pipeline",
     ParallelAxis.GRADIENT: "data x context (gradients)",
+    ParallelAxis.EXPERT: "expert",
+    ParallelAxis.EXPERT_DATA: "expert data (expert gradients)",
 }
 
 
 def config_line(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
     """A configuration in one line."""
-    v, cp = int(config["v"]), int(config.get("cp", 1))
+    v, cp, ep = int(config["v"]), int(config.get("cp", 1)), int(config.get("ep", 1))
     return (
         f"TP {config['rows']}x{config['cols']}"
         + (f" x CP {cp}" if cp > 1 else "")
         + f" x PP {config['pp']}"
         + (f" (interleave {v})" if v > 1 else "")
-        + f" x DP {config['dp']}, {micro_batches} micro-batch(es) of {config['mbs']}, "
+        + f" x DP {config['dp']}"
+        + (f" (EP {ep})" if ep > 1 else "")
+        + f", {micro_batches} micro-batch(es) of {config['mbs']}, "
         f"recompute {recompute}, ZeRO-{config['zero']}"
     )
 
 
 def short_config(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
     """A configuration in a table cell."""
-    v, cp = int(config["v"]), int(config.get("cp", 1))
+    v, cp, ep = int(config["v"]), int(config.get("cp", 1)), int(config.get("ep", 1))
     return (
         f"TP {config['rows']}x{config['cols']}"
         + (f" CP {cp}" if cp > 1 else "")
         + f" PP {config['pp']}"
         + (f"x{v}" if v > 1 else "")
-        + f" DP {config['dp']} mb {config['mbs']}x{micro_batches} {recompute} Z{config['zero']}"
+        + f" DP {config['dp']}"
+        + (f" EP {ep}" if ep > 1 else "")
+        + f" mb {config['mbs']}x{micro_batches} {recompute} Z{config['zero']}"
+    )
+
+
+def experts_line(plan: Plan) -> str:
+    """The mixture of experts' layout and routing in one line."""
+    moe, x = plan.inp.model.moe, plan.experts
+    assert moe is not None and x is not None
+    ep = int(plan.config.get("ep", 1))
+    if moe.expert_imbalance is not None:
+        source = "moe.expert_imbalance"
+    elif moe.capacity_factor is not None:
+        source = "the capacity factor"
+    else:
+        source = "balanced-routing floor; set moe.expert_imbalance from your runs"
+    return (
+        f"Experts: EP {ep}, {moe.num_experts // ep} of {moe.num_experts} routed experts per chip, "
+        f"{moe.experts_per_token} per token; busiest rank {x.imbalance:.2f}x the mean ({source}); "
+        f"{x.rows_per_expert:,.0f} tokens per expert per micro-batch"
     )
 
 
@@ -126,6 +150,8 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
         if a.axis is ParallelAxis.GRADIENT and context == 1:
             continue  # the data axis itself
         console.print(f"  {_AXIS[a.axis]} ({a.size}): {a.description}", highlight=False)
+    if plan.experts is not None:
+        console.print(experts_line(plan), highlight=False)
 
     where = Table(
         title=f"Where the step's time goes (pipeline stage {plan.busiest_stage})",

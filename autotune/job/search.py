@@ -47,6 +47,7 @@ from autotune.job.balance_adapter import Balanced, BalanceFigures, balance_candi
 from autotune.job.block import block_figures, end_figures, fc_lower_bounds
 from autotune.job.bounds import memory_lower_bound, state_bytes_per_param, step_lower_bound
 from autotune.job.candidates import Refusals, enumerate_candidates
+from autotune.job.experts import expert_figures
 from autotune.job.fc import FcBlock, FcTable
 from autotune.job.hardware import HardwareView
 from autotune.job.model import (
@@ -161,6 +162,31 @@ def key_figures(
         comm = hw.tensor_comm(MeshShape(rows, cols))
         figs.ends[key] = end_figures(model, t, hw, comm, rows, cols, mbs, cp)
     add_layouts(c, hw, figs.layouts)
+    add_expert_figures(inp, hw, c, figs)
+
+
+def new_figures(inp: JobInput) -> KeyFigures:
+    """Empty figures for the job's model (which of its blocks are MoE)."""
+    flags = inp.model.moe_layer_flags if inp.model.moe is not None else ()
+    return KeyFigures({}, {}, {}, moe_flags=flags)
+
+
+def add_expert_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigures) -> None:
+    """A mixture of experts' routed part (job/experts.py) for every
+    (rows, cols, mbs, cp, dp, pp, ep) of `c` not yet in `figs`, and the
+    expert-data axis of every (rows, cols, dp, pp, cp, ep)."""
+    if inp.model.moe is None:
+        return
+    for key in dict.fromkeys(c.expert_keys()):
+        if key in figs.experts:
+            continue
+        rows, cols, mbs, cp, dp, pp, ep = key
+        axes = hw.expert_axes(MeshShape(rows, cols), dp, pp, cp, ep)
+        assert not isinstance(axes, str)  # enumeration kept only those that lay out
+        figs.experts[key] = expert_figures(
+            inp.model, inp.training, hw, axes[0], rows * cols, mbs, cp
+        )
+        figs.expert_data_axes[(rows, cols, dp, pp, cp, ep)] = axes[1]
 
 
 def _fc_feasible(
@@ -349,7 +375,7 @@ def _config_key_of(config: dict[str, int | str], recompute_searched: bool) -> tu
     return (*row, -1 if recompute_searched else rc)
 
 
-_KEY_COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp")
+_KEY_COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp", "ep")
 
 
 def _config_key(c: Candidates, i: int, recompute_searched: bool) -> tuple[int, ...]:
@@ -372,7 +398,7 @@ def bound_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigur
     pricing any FC layer: the FC lower bound of block.fc_lower_bounds, the
     ends without their vocabulary collectives, everything else exact."""
     t, model = inp.training, inp.model
-    out = KeyFigures({}, {}, figs.layouts)
+    out = figs.like()
     # one FC bound per mesh and token count (context degrees share them)
     per_mesh: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for rows, cols, mbs, cp in dict.fromkeys(c.figure_keys()):
@@ -387,6 +413,7 @@ def bound_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigur
             out.blocks[key] = block_figures(model, t, hw, fc, rows * cols, mbs, context)
             out.ends[key] = end_figures(model, t, hw, None, rows, cols, mbs, cp)
     add_layouts(c, hw, out.layouts)
+    add_expert_figures(inp, hw, c, out)
     return out
 
 
@@ -424,7 +451,7 @@ def search(
     c = everything.take(np.flatnonzero(kept))
     order = np.flatnonzero(kept)
     table = table or FcTable(inp, hw, policy)
-    figs = KeyFigures({}, {}, {})
+    figs = new_figures(inp)
     n = len(c)
     model = inp.model
     cheap = bound_figures(inp, hw, c, figs)
@@ -640,7 +667,7 @@ def priced_candidates(
     c = enumerate_candidates(inp, hw, Refusals(), constraints or inp.constraints)
     table = FcTable(inp, hw, inp.search.dataflow)
     c = c.take(np.flatnonzero(_fc_feasible(c, table, Refusals(), [])))
-    figs = KeyFigures({}, {}, {})
+    figs = new_figures(inp)
     key_figures(inp, hw, table, c, figs)
     return c, figs, table
 

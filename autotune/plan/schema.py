@@ -232,6 +232,11 @@ class ConfigurationDoc(_Doc):
         description="The context group's key/value exchange: p2p (ring attention), "
         "all_gather, a2a (Ulysses).",
     )
+    expert_parallel: Degree = Field(
+        default=1,
+        description="Chips a mixture of experts' routed experts are spread over (1: dense, or "
+        "every chip holds every expert).",
+    )
     pipeline_parallel: Degree
     interleave: Degree = Field(description="Model chunks per stage (1: plain 1F1B).")
     data_parallel: Degree
@@ -273,9 +278,20 @@ class LevelDoc(_Doc):
 class AxisLayoutDoc(_Doc):
     """One parallel axis on the hardware."""
 
-    axis: Literal["tensor_col", "tensor_row", "context", "data", "pipeline", "gradient"] = Field(
+    axis: Literal[
+        "tensor_col",
+        "tensor_row",
+        "context",
+        "data",
+        "pipeline",
+        "gradient",
+        "expert",
+        "expert_data",
+    ] = Field(
         description="The parallel axis; gradient is the data x context group gradients are "
-        "reduced over (listed only with context parallelism)."
+        "reduced over (listed only with context parallelism); expert and expert_data the "
+        "groups a mixture of experts' tokens are exchanged and its expert gradients reduced "
+        "over (listed only for MoE models)."
     )
     size: Count
     stride: Count = Field(description="Rank distance between neighbours of a group.")
@@ -396,6 +412,7 @@ class ConfigSummaryDoc(_Doc):
 
     tensor_mesh: list[Count]
     context_parallel: Degree = 1
+    expert_parallel: Degree = 1
     pipeline_parallel: Degree
     interleave: Degree
     data_parallel: Degree

@@ -51,6 +51,7 @@ DEGREE_KEYS = (
     "tensor_parallel",
     "tensor_mesh",
     "context_parallel",
+    "expert_parallel",
     "micro_batch_size",
     "interleave",
     "recompute",
@@ -96,6 +97,12 @@ class TrainingInput(StepSettings):
         description="Chips each sequence is split over (context parallelism; attention: flash "
         "and 2 x it dividing the sequence): a number, auto or left out (searched). "
         "Range: 1 to 2^24.",
+    )
+    expert_parallel: Chips | Auto | None = Field(
+        default=None,
+        description="Chips a mixture of experts' routed experts are spread over (each holds "
+        "num_experts / it; it divides num_experts and the tensor x context x data chips of a "
+        "stage): a number, auto or left out (searched; 1 for a dense model). Range: 1 to 2^24.",
     )
     micro_batch_size: Count | Auto | None = Field(
         default=None,
@@ -238,6 +245,7 @@ class TrainingInput(StepSettings):
         data_parallel: int | None = None,
         pipeline_parallel: int | None = None,
         context_parallel: int | None = None,
+        expert_parallel: int | None = None,
         micro_batch_size: int | None = None,
         interleave: int | None = None,
         recompute: str | None = None,
@@ -259,6 +267,7 @@ class TrainingInput(StepSettings):
             data_parallel=dp,
             pipeline_parallel=pipeline_parallel or self.pinned("pipeline_parallel") or 1,
             context_parallel=context_parallel or self.pinned("context_parallel") or 1,
+            expert_parallel=expert_parallel or self.pinned("expert_parallel") or 1,
             micro_batch_size=mbs,
             micro_batches=micro_batches,
             interleave=interleave or self.pinned("interleave") or 1,
@@ -306,6 +315,12 @@ class Constraints(Spec):
         gt=0,
         le=MAX_CHIPS,
         description="Largest context-parallel group (chips). Range: 1 to 2^24.",
+    )
+    max_expert_parallel: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Largest expert-parallel group (chips). Range: 1 to 2^24.",
     )
     max_pipeline_stages: int | None = Field(
         default=None, gt=0, le=MAX_CHIPS, description="Most pipeline stages. Range: 1 to 2^24."

@@ -248,6 +248,13 @@ class ModelSpec(Spec):
         """Per-head value width: head_dim (MLA: v_head_dim)."""
         return self.mla.v_head_dim if self.mla is not None else self.head_dim
 
+    @property
+    def core_head_dim(self) -> float:
+        """Mean of the query/key and value head widths, `(d_qk + d_v) / 2`:
+        the attention core's `Q K^T` and `P V` cost `2 s^2 (d_qk + d_v)` per
+        head, i.e. `4 s^2 d` with this `d` (head_dim without MLA)."""
+        return (self.head_dim + self.value_head_dim) / 2
+
     def is_moe_layer(self, index: int) -> bool:
         """Whether block `index` (from 0) has a mixture-of-experts FFN:
         past the first dense blocks, every `layer_frequency`-th (Qwen2-MoE's

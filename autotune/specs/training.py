@@ -187,6 +187,12 @@ class TrainingSpec(StepSettings):
         le=MAX_CHIPS,
         description="Chips one sequence is split over (context parallelism). Range: 1 to 2^24.",
     )
+    expert_parallel: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Chips a mixture of experts' routed experts are spread over. Range: 1 to 2^24.",
+    )
     micro_batches: int | None = Field(
         default=None,
         gt=0,

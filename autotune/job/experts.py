@@ -1,0 +1,227 @@
+"""The routed part of a mixture-of-experts block, and the wider FFN of a
+MoE model's dense blocks, for one micro-batch on one chip (seconds, bytes).
+
+A MoE model's planned block (job/block.py, job/fc.py) is its attention and
+shared experts; each MoE block adds, per chip (cost_models.moe for the
+terms; `T` tokens enter the layer on a chip: `b s / (cp t)` with the
+activations split over the tensor chips, else `b s / cp`):
+
+- router: the `T x E x h` GEMM (weights replicated) and its scoring
+  (cost_models.moe.router_bytes over HBM);
+- dispatch and combine all-to-alls over the expert-parallel axis
+  (HardwareView.hierarchical_all_to_all_s), each chip sending its `T k`
+  token copies (`T k h e` bytes) scaled by the imbalance `I` (the busiest
+  rank receives `I` times the mean and the exchange ends when it has);
+  with node-limited routing the inter-node bytes scale by
+  cost_models.moe.node_limited_share. Forward: dispatch + combine;
+  backward: the same for the gradients. Exposed (no overlap with compute
+  is modelled);
+- the grouped GEMMs of the chip's `E / ep` experts, each with
+  `I T k ep / E` rows (the busiest rank's), as one batched GEMM per
+  matrix in the FC layers' GEMM model (FP8 under an FP8 recipe): forward
+  the first layer (`h -> 2 F_e` gated) and the second (`F_e -> h`),
+  backward each one's data and weight gradients; with a capacity factor
+  `c` every expert computes `ceil(c * mean)` rows (padded), so `I = c`;
+- permutation and un-permutation (cost_models.moe.permutation_bytes) over
+  HBM, forward and backward;
+- memory: the chip's routed-expert weights (reduced and ZeRO-sharded over
+  the expert-data axis), the router's (with the dense weights), the
+  activations each routed copy keeps (none under full recomputation,
+  which re-runs this forward), and the dispatched-token buffers.
+
+A dense block of a MoE model (the first `first_dense_layers`, or those off
+the MoE frequency) has an FFN of `ffn_size` instead of the shared experts'
+`F_s`: the difference `F - F_s` is priced as one `b s / cp x (F - F_s) / t x h`
+GEMM set (every token on a `1 / t` shard) in the FC GEMM model (its tensor-parallel
+collectives left out), with its weights and activations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.hardware.layout import AxisLayout
+from autotune.hardware.placement import ResourceKind
+from autotune.job.hardware import HardwareView
+from autotune.specs.job import TrainingInput
+from autotune.specs.model import FfnKind, ModelSpec
+from autotune.specs.model_params import ffn_matrices
+from autotune.specs.training import FcAlgorithm
+from cost_models import ComputeModel
+from cost_models.moe import (
+    balanced_imbalance,
+    dispatch_bytes_per_chip,
+    expert_activation_bytes_per_copy,
+    expert_params_per_chip,
+    node_limited_share,
+    permutation_bytes,
+    routed_tokens_per_chip,
+    router_bytes,
+    tokens_per_expert,
+)
+
+
+@dataclass(frozen=True)
+class ExpertFigures:
+    """Per MoE block (and per dense block of a MoE model), one micro-batch,
+    one chip (seconds, bytes, parameters). Recomputation modes indexed as
+    RECOMPUTE_MODES."""
+
+    forward_s: float
+    backward_s: float
+    #: the all-to-alls inside forward_s / backward_s (exposed)
+    all_to_all_forward_s: float
+    all_to_all_backward_s: float
+    expert_params: float
+    router_params: float
+    activation_bytes: tuple[float, float, float]
+    recompute_s: tuple[float, float, float]
+    buffer_bytes: float
+    imbalance: float
+    rows_per_expert: float
+    #: a dense block's FFN beyond the planned shared experts
+    dense_forward_s: float = 0.0
+    dense_backward_s: float = 0.0
+    dense_params: float = 0.0
+    dense_activation_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+def layer_tokens(model: ModelSpec, training: TrainingInput, tp: int, mbs: int, cp: int) -> float:
+    """Tokens entering a MoE layer on one chip per micro-batch: `b s / cp`
+    split over the `tp` tensor chips when activations are (MeshSlice
+    always; megatron-1d with sequence parallelism), else whole."""
+    tokens = mbs * (training.sequence_length // cp)
+    split = training.fc_algorithm is FcAlgorithm.MESHSLICE or training.sequence_parallel
+    return tokens / tp if split else float(tokens)
+
+
+def grouped_gemm_s(
+    gemm: ComputeModel, rows: float, hidden: int, expert_ffn: int, gated: bool, experts: float
+) -> tuple[float, float]:
+    """(forward, backward) seconds of `experts` local experts' FFNs with
+    `rows` tokens each, as batched GEMMs: forward `rows x fF x h` and
+    `rows x h x F` (`f` = 2 gated: gate and up fused), backward each
+    layer's data gradient and weight gradient (`2 f rows h F` FLOPs per
+    expert forward, twice that backward)."""
+    first = (2 if gated else 1) * expert_ffn
+    forward = gemm.gemm_s(rows, first, hidden, experts) + gemm.gemm_s(
+        rows, hidden, expert_ffn, experts
+    )
+    backward = (
+        gemm.gemm_s(rows, hidden, first, experts)
+        + gemm.gemm_s(hidden, first, rows, experts)
+        + gemm.gemm_s(rows, expert_ffn, hidden, experts)
+        + gemm.gemm_s(expert_ffn, hidden, rows, experts)
+    )
+    return float(forward), float(backward)
+
+
+def imbalance_of(model: ModelSpec, mean_copies_per_rank: float, ep: int) -> float:
+    """Busiest expert-parallel rank's routed tokens over the mean: the
+    model's `expert_imbalance` when given, else its capacity factor (every
+    expert padded to capacity), else the balanced-routing floor
+    (cost_models.moe.balanced_imbalance)."""
+    moe = model.moe
+    assert moe is not None
+    if moe.expert_imbalance is not None:
+        return moe.expert_imbalance
+    if moe.capacity_factor is not None:
+        return moe.capacity_factor
+    return float(balanced_imbalance(mean_copies_per_rank, ep))
+
+
+def _scale_out_nodes(axis: AxisLayout, chips_per_node: int | None) -> int:
+    """Nodes an expert-parallel group spans (1 inside one node or slice)."""
+    crosses = any(lv.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN) for lv in axis.levels)
+    if not crosses:
+        return 1
+    if chips_per_node is None:
+        return axis.size
+    return max(1, axis.size * axis.stride // chips_per_node)
+
+
+def expert_figures(
+    model: ModelSpec,
+    training: TrainingInput,
+    hw: HardwareView,
+    expert_axis: AxisLayout,
+    tp: int,
+    mbs: int,
+    cp: int,
+) -> ExpertFigures:
+    """The module docstring's figures for `mbs` sequences per micro-batch on
+    `tp` tensor chips and `cp` context chips, with the experts spread over
+    `expert_axis`."""
+    moe = model.moe
+    assert moe is not None
+    h, e = model.hidden_size, training.dtype.num_bytes
+    k, experts, width = moe.experts_per_token, moe.num_experts, moe.expert_ffn_size
+    gated = model.ffn_kind is FfnKind.SWIGLU
+    f = ffn_matrices(model)
+    ep = expert_axis.size
+    fc_gemm = hw.fc_base.compute
+    rate = hw.hbm_bytes_per_s
+
+    tokens = layer_tokens(model, training, tp, mbs, cp)
+    copies = float(routed_tokens_per_chip(tokens, k))
+    imbalance = imbalance_of(model, copies, ep)
+    rows = float(tokens_per_expert(tokens, k, experts, ep)) * imbalance
+    if moe.capacity_factor is not None and moe.expert_imbalance is None:
+        rows = float(np.ceil(rows))
+    gemm_f, gemm_b = grouped_gemm_s(fc_gemm, rows, h, width, gated, experts / ep)
+    router_f = float(hw.gemm.gemm_s(tokens, experts, h))
+    router_b = float(hw.gemm.gemm_s(tokens, h, experts) + hw.gemm.gemm_s(h, experts, tokens))
+    shuffle = float(permutation_bytes(tokens, k, h, e) + router_bytes(tokens, experts)) / rate
+
+    a2a = 0.0
+    if ep > 1:
+        nodes = _scale_out_nodes(expert_axis, hw.cluster.chips_per_node)
+        share = node_limited_share(k, moe.node_limit, nodes)
+        sent = float(dispatch_bytes_per_chip(tokens, k, h, e)) * imbalance
+        a2a = float(hw.hierarchical_all_to_all_s(expert_axis, sent, scale_out_share=share))
+    forward = router_f + shuffle + gemm_f + 2.0 * a2a
+    backward = router_b + shuffle + gemm_b + 2.0 * a2a
+
+    kept = imbalance * copies * expert_activation_bytes_per_copy(h, width, gated, e)
+    kept += 4.0 * tokens * experts  # the router's probabilities (fp32)
+    activations = (kept, kept, 0.0)
+    buffer = 2.0 * imbalance * copies * h * e  # tokens received and their permuted copy
+
+    out = ExpertFigures(
+        forward_s=forward,
+        backward_s=backward,
+        all_to_all_forward_s=2.0 * a2a,
+        all_to_all_backward_s=2.0 * a2a,
+        expert_params=float(expert_params_per_chip(experts, ep, 1, h, width, f)),
+        router_params=float(experts * h),
+        activation_bytes=activations,
+        recompute_s=(0.0, 0.0, forward),
+        buffer_bytes=buffer,
+        imbalance=imbalance,
+        rows_per_expert=rows,
+    )
+    extra = model.ffn_size - moe.shared_expert_ffn_size
+    if extra <= 0 or all(model.moe_layer_flags):
+        return out
+    shard = extra / tp
+    first = (2 if gated else 1) * shard
+    tokens = float(mbs * (training.sequence_length // cp))  # every token, a 1 / t shard
+    dense_f = float(fc_gemm.gemm_s(tokens, first, h) + fc_gemm.gemm_s(tokens, h, shard))
+    dense_b = float(
+        fc_gemm.gemm_s(tokens, h, first)
+        + fc_gemm.gemm_s(h, first, tokens)
+        + fc_gemm.gemm_s(tokens, shard, h)
+        + fc_gemm.gemm_s(shard, h, tokens)
+    )
+    dense_kept = tokens * e * (first + shard)
+    return ExpertFigures(
+        **{
+            **out.__dict__,
+            "dense_forward_s": dense_f,
+            "dense_backward_s": dense_b,
+            "dense_params": f * h * shard,
+            "dense_activation_bytes": (dense_kept, dense_kept, 0.0),
+        }
+    )

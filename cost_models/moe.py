@@ -1,0 +1,178 @@
+"""Mixture-of-experts layers: tokens per expert, all-to-all bytes, expert
+weights per rank, activations and memory-bound work (pure functions; base
+units).
+
+Layout (Megatron-Core's "parallel folding", Liu et al. 2025,
+arXiv:2504.14960, section 3): the `N = t cp dp` chips of a pipeline stage
+that run attention as `t` tensor x `cp` context x `dp` data chips run the
+experts as `etp` expert-tensor x `ep` expert-parallel x `edp`
+expert-data chips, `etp ep edp = N`, expert-tensor ranks innermost. Each
+expert-parallel rank holds `E / ep` of the `E` routed experts, each split
+over its `etp` chips; `edp` chips hold the same expert shard and reduce its
+gradients.
+
+Per chip and micro-batch, `T` tokens enter the layer (sequence-split
+activations: `b s / (cp t)`). A token goes to `k` experts; the router's
+dispatch all-to-all sends each copy to the rank holding its expert and the
+combine all-to-all brings it back. With `etp > 1` the arriving tokens are
+all-gathered over the expert-tensor group (and the outputs
+reduce-scattered).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def routed_tokens_per_chip(tokens: ArrayLike, top_k: int, etp: int = 1) -> np.ndarray:
+    """Mean routed token copies one chip's experts compute per micro-batch:
+    `T k etp` (each of the `etp` chips of an expert-tensor group brings
+    `T k` copies, and every chip of the group computes all of them on its
+    `1 / etp` of the expert weights). Derivation from the layout above: the
+    stage's `N T k` copies spread over the `ep` expert shards, each held by
+    `edp` groups: `N T k / (ep edp) = T k etp`. Units: tokens. Vectorised."""
+    return np.asarray(tokens, dtype=float) * top_k * etp
+
+
+def tokens_per_expert(
+    tokens: ArrayLike, top_k: int, num_experts: int, ep: ArrayLike, etp: int = 1
+) -> np.ndarray:
+    """Mean tokens each of a chip's `E / ep` local experts computes per
+    micro-batch: `T k etp / (E / ep) = T k etp ep / E` (the grouped GEMM's
+    rows per expert). Units: tokens. Vectorised."""
+    local = num_experts / np.asarray(ep, dtype=float)
+    return routed_tokens_per_chip(tokens, top_k, etp) / local
+
+
+def balanced_imbalance(mean_tokens_per_rank: ArrayLike, ranks: ArrayLike) -> np.ndarray:
+    """Busiest rank's routed tokens over the mean when every copy picks one
+    of `R` ranks uniformly at random (a router that balances perfectly on
+    average, the floor of real routing)::
+
+        I = 1 + sqrt(2 ln R (1 - 1/R) / n)
+
+    `n` the mean copies per rank: each rank's count is binomial with mean
+    `n` and variance `n (1 - 1/R)`, and the largest of `R` such counts is
+    about `sqrt(2 ln R)` standard deviations above the mean (the Gaussian
+    extreme-value approximation; derivation). 1 for one rank or no tokens.
+    Real routing is more skewed: give `moe.expert_imbalance` from your runs.
+    Dimensionless. Vectorised."""
+    n = np.asarray(mean_tokens_per_rank, dtype=float)
+    r = np.asarray(ranks, dtype=float)
+    spread = 2.0 * np.log(np.maximum(r, 1.0)) * (1.0 - 1.0 / np.maximum(r, 1.0))
+    safe = np.where(n > 0, n, 1.0)
+    return np.where((r > 1) & (n > 0), 1.0 + np.sqrt(spread / safe), 1.0)
+
+
+def expert_ffn_forward_flops(
+    routed_tokens: ArrayLike, hidden: int, expert_ffn: int, matrices: int
+) -> np.ndarray:
+    """Forward FLOPs of the routed experts over `routed_tokens` token copies:
+    `2 f n h F_e` (`f` = 3 gated: gate, up, down; 2 not). The backward is
+    twice this (data and weight gradients). Units: FLOPs. Vectorised."""
+    return 2.0 * matrices * np.asarray(routed_tokens, dtype=float) * hidden * expert_ffn
+
+
+def dispatch_bytes_per_chip(
+    tokens: ArrayLike, top_k: int, hidden: int, element_bytes: float
+) -> np.ndarray:
+    """Bytes one chip sends in the dispatch all-to-all (and receives in the
+    combine): its `T k` token copies of `h` elements, `T k h e`; `1 / ep`
+    of them stay on the chip. Units: bytes. Vectorised."""
+    return np.asarray(tokens, dtype=float) * top_k * hidden * element_bytes
+
+
+def node_limited_share(top_k: int, node_limit: int | None, nodes: int) -> float:
+    """Share of the inter-node dispatch bytes left when each token may reach
+    at most `M = node_limit` nodes and is sent once per node (DeepSeek-V3
+    report, arXiv:2412.19437, section 2.1.2 "node-limited routing", with
+    the per-node deduplication its communication kernels do, section
+    3.2.2): a token's copies cross the network `min(k, M)` times instead of
+    `k`, so the share is `min(k, M) / k`; 1 without a limit, or when the
+    expert-parallel group spans no more nodes than the limit. Dimensionless."""
+    if node_limit is None or nodes <= node_limit or node_limit >= top_k:
+        return 1.0
+    return node_limit / top_k
+
+
+def expert_params_per_chip(
+    num_experts: int, ep: ArrayLike, etp: int, hidden: int, expert_ffn: int, matrices: int
+) -> np.ndarray:
+    """Routed-expert weights one chip holds per MoE layer: its `E / ep`
+    experts, each split over `etp` chips: `(E / ep) f h F_e / etp`. The
+    router (`E h`) is replicated and counted apart. Units: parameters.
+    Vectorised."""
+    return num_experts / np.asarray(ep, dtype=float) * matrices * hidden * expert_ffn / etp
+
+
+def expert_data_parallel(chips_per_stage: ArrayLike, ep: ArrayLike, etp: int = 1) -> np.ndarray:
+    """Chips holding the same expert shard (their gradients are reduced and
+    ZeRO shards over them): `edp = t cp dp / (ep etp)`. Vectorised."""
+    return np.asarray(chips_per_stage, dtype=float) / (np.asarray(ep, dtype=float) * etp)
+
+
+def expert_activation_bytes_per_copy(
+    hidden: int, expert_ffn: int, gated: bool, element_bytes: float, etp: int = 1
+) -> float:
+    """Bytes a chip keeps for the backward per routed token copy it
+    computes (no recomputation): the permuted input (`h`), the first
+    layer's outputs (`2 F_e / etp` gated: gate and up; `F_e / etp` not),
+    the activation's output (`F_e / etp`), the expert output the weighted
+    combine multiplies (`h`); each `e` bytes, and the routing weight (fp32)::
+
+        e (2 h + (2 + 1) F_e / etp) + 4      (gated)
+
+    Derivation from the layer's autograd graph (Megatron-Core's grouped
+    MLP). Units: bytes."""
+    first = (2 if gated else 1) * expert_ffn / etp
+    return element_bytes * (2.0 * hidden + first + expert_ffn / etp) + 4.0
+
+
+def permutation_bytes(
+    tokens: ArrayLike, top_k: int, hidden: int, element_bytes: float
+) -> np.ndarray:
+    """HBM bytes of the memory-bound token shuffling around the experts per
+    pass and chip: permute (read and write `T k` copies of `h`) and
+    un-permute with the routing weights (read `T k` copies, write `T`
+    tokens)::
+
+        (3 k + 1) T h e
+
+    The backward moves the same gradients. Units: bytes. Vectorised."""
+    return (3.0 * top_k + 1.0) * np.asarray(tokens, dtype=float) * hidden * element_bytes
+
+
+def router_bytes(tokens: ArrayLike, num_experts: int) -> np.ndarray:
+    """HBM bytes of the router's scoring per pass and chip besides its GEMM:
+    the `T x E` fp32 logits written, read by the softmax (or sigmoid) and
+    top-k, the probabilities written and read again: `4 * 4 T E`.
+    Derivation. Units: bytes. Vectorised."""
+    return 16.0 * np.asarray(tokens, dtype=float) * num_experts
+
+
+def capacity_tokens_per_expert(
+    tokens: ArrayLike, top_k: int, num_experts: int, ep: ArrayLike, etp: int, capacity_factor: float
+) -> np.ndarray:
+    """Tokens an expert computes with a capacity factor `c` (extra tokens
+    dropped, short experts padded, as GShard and Megatron-LM's
+    `--moe-pad-expert-input-to-capacity` do): `ceil(c * mean)` with the
+    mean of :func:`tokens_per_expert`. Units: tokens. Vectorised."""
+    mean = tokens_per_expert(tokens, top_k, num_experts, ep, etp)
+    return np.ceil(capacity_factor * mean)
+
+
+__all__ = [
+    "balanced_imbalance",
+    "capacity_tokens_per_expert",
+    "dispatch_bytes_per_chip",
+    "expert_activation_bytes_per_copy",
+    "expert_data_parallel",
+    "expert_ffn_forward_flops",
+    "expert_params_per_chip",
+    "node_limited_share",
+    "permutation_bytes",
+    "routed_tokens_per_chip",
+    "router_bytes",
+    "tokens_per_expert",
+]
