@@ -361,6 +361,7 @@ def _moe_fields(data: dict[str, Any], model_type: str, layers: int, path: str) -
         groups = _dimension(data, "n_group", path, optional=True)
         if limit is not None and groups is not None and limit < groups:
             out["node_limit"] = limit
+            out["expert_groups"] = groups
     if model_type == "qwen2_moe":
         out["shared_expert_ffn_size"] = (
             _dimension(data, "shared_expert_intermediate_size", path, optional=True) or 0

@@ -17,7 +17,7 @@ from autotune.safe_load import parse_json, parse_yaml, read_bytes
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
-from autotune.specs.job import Constraints, JobInput, TrainingInput
+from autotune.specs.job import Constraints, JobInput, TrainingInput, expert_parallel_rule
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import SearchSpec
 
@@ -455,6 +455,10 @@ def load_plan_input(
             fix="see examples/gpt3.yaml",
         )
     training = validate_spec(TrainingInput, data["training"], file=file, prefix="training")
+    ep = training.pinned("expert_parallel")
+    why = None if ep is None else expert_parallel_rule(model, ep)
+    if why is not None:
+        raise InputError(why[0], file=file, field="training.expert_parallel", value=ep, fix=why[1])
 
     cluster_src: Any = (
         cluster_override if cluster_override is not None else data.get("cluster", DEFAULT_CLUSTER)

@@ -99,7 +99,8 @@ def curved_calibration(directory) -> str:
 
 
 # A small DeepSeek-shaped mixture of experts: one dense block first, MLA,
-# 16 routed experts (4 per token) and a shared expert.
+# 16 routed experts (4 per token), a shared expert and a multi-token
+# prediction module.
 MOE = {
     "name": "moe-mla",
     "num_layers": 6,
@@ -125,6 +126,7 @@ MOE = {
         "qk_rope_head_dim": 64,
         "v_head_dim": 128,
     },
+    "mtp_layers": 1,
 }
 
 CASES = {

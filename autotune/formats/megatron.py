@@ -35,6 +35,27 @@ at d98e8a64), so the plan's data parallel and micro-batches give the same
 global batch; its distributed optimizer shards over data x context, as the
 plan's ZeRO does.
 
+Mixtures of experts (the plan's model has `moe`): `--num-experts`
+(arguments.py line 3518 at d98e8a64), `--moe-layer-freq` (line 3520; a
+Python list pattern `([0]*d+[1]*n)` when dense blocks come first),
+`--moe-ffn-hidden-size`, `--moe-router-topk`,
+`--moe-shared-expert-intermediate-size`, `--moe-router-score-function`,
+`--moe-router-num-groups` / `--moe-router-group-topk` (node-limited
+routing), `--moe-expert-capacity-factor` with
+`--moe-pad-expert-input-to-capacity`, `--moe-grouped-gemm` and
+`--moe-token-dispatcher-type` (TransformerConfig fields,
+megatron/core/transformer/transformer_config.py lines 701-921 at d98e8a64,
+made flags by the ArgumentGroupFactory of arguments.py line 2373), and
+`--expert-model-parallel-size` / `--expert-tensor-parallel-size`
+(ModelParallelConfig, model_parallel_config.py lines 127-130; Megatron
+defaults the expert tensor size to the tensor size, arguments.py lines
+587-588, so the plan's 1 is written). validate_args asserts the experts
+divide by the expert-parallel size (lines 1655-1658). Multi-head latent
+attention: `--multi-latent-attention` (transformer_config.py line 288),
+`--q-lora-rank`, `--kv-lora-rank`, `--qk-head-dim` (the no-RoPE part),
+`--qk-pos-emb-head-dim`, `--v-head-dim` (arguments.py lines 3548-3557);
+multi-token prediction `--mtp-num-layers` (transformer_config.py line 68).
+
 Mapping: Megatron's column-parallel layers (QKV, FC1) all-gather their
 input in the forward GEMM and reduce-scatter in the data-gradient GEMM; the
 row-parallel ones (output projection, FC2) reduce-scatter forward and
@@ -146,7 +167,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         ("--ffn-hidden-size", m.ffn_size),
         ("--num-attention-heads", m.num_heads),
     ]
-    if m.attention_width != m.hidden_size:
+    if m.attention_width != m.hidden_size and m.mla is None:
         args.append(("--kv-channels", m.head_dim))
     if m.kv_heads != m.num_heads:
         args += [("--group-query-attention", None), ("--num-query-groups", m.kv_heads)]
@@ -163,6 +184,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         args.append((f"--{t.dtype.value}", None))
     if t.fp8 is not Fp8Recipe.NONE:
         args += _fp8_args(view, notes)
+    args += _moe_args(view, notes)
     sliced = t.fc_algorithm.value == "meshslice"
     if tp > 1 and not sliced:
         # megatron-1d: the plan prices Megatron's own blocking collectives
@@ -213,6 +235,81 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         f"{view.total_chips} GPUs"
     )
     notes.assume("max position embeddings = sequence length")
+    return args
+
+
+def _layer_pattern(flags: tuple[bool, ...]) -> str:
+    """`--moe-layer-freq` as Megatron's Python list pattern, run by run:
+    `([0]*3+[1]*58)` for three dense blocks then 58 MoE blocks."""
+    runs: list[tuple[int, int]] = []
+    for flag in flags:
+        bit = int(flag)
+        if runs and runs[-1][0] == bit:
+            runs[-1] = (bit, runs[-1][1] + 1)
+        else:
+            runs.append((bit, 1))
+    return "(" + "+".join(f"[{bit}]*{n}" for bit, n in runs) + ")"
+
+
+def _moe_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
+    """A mixture of experts, multi-head latent attention and multi-token
+    prediction as Megatron-LM's flags (module docstring)."""
+    m = view.model
+    args: list[tuple[str, object]] = []
+    if m.mla is not None:
+        mla = m.mla
+        args.append(("--multi-latent-attention", None))
+        if mla.q_lora_rank is not None:
+            args.append(("--q-lora-rank", mla.q_lora_rank))
+        args += [
+            ("--kv-lora-rank", mla.kv_lora_rank),
+            ("--qk-head-dim", mla.qk_nope_head_dim),
+            ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim),
+            ("--v-head-dim", mla.v_head_dim),
+        ]
+    if m.mtp_layers:
+        args.append(("--mtp-num-layers", m.mtp_layers))
+    moe = m.moe
+    if moe is None:
+        return args
+    args += [
+        ("--num-experts", moe.num_experts),
+        ("--moe-ffn-hidden-size", moe.expert_ffn_size),
+        ("--moe-router-topk", moe.experts_per_token),
+        ("--expert-model-parallel-size", view.expert_parallel),
+        ("--expert-tensor-parallel-size", 1),
+        ("--moe-grouped-gemm", None),
+    ]
+    if not all(m.moe_layer_flags):
+        args.append(("--moe-layer-freq", _layer_pattern(m.moe_layer_flags)))
+    if moe.shared_expert_ffn_size:
+        args.append(("--moe-shared-expert-intermediate-size", moe.shared_expert_ffn_size))
+    if moe.router.value == "sigmoid":
+        args.append(("--moe-router-score-function", "sigmoid"))
+    if moe.node_limit is not None:
+        # the plan priced a token's copies crossing the network once per node:
+        # DeepEP's deduplicating dispatch (Megatron's flex dispatcher)
+        groups = moe.expert_groups or moe.num_experts
+        args += [
+            ("--moe-router-num-groups", groups),
+            ("--moe-router-group-topk", moe.node_limit),
+            ("--moe-token-dispatcher-type", "flex"),
+        ]
+        notes.assume(
+            f"node-limited routing: the experts in {groups} groups, each token's in at most "
+            f"{moe.node_limit}; the flex dispatcher needs DeepEP installed"
+        )
+    else:
+        args.append(("--moe-token-dispatcher-type", "alltoall"))
+    if moe.capacity_factor is not None:
+        args += [
+            ("--moe-expert-capacity-factor", moe.capacity_factor),
+            ("--moe-pad-expert-input-to-capacity", None),
+        ]
+    notes.assume(
+        "expert tensor parallelism 1 (the plan's); the expert all-to-all is not overlapped "
+        "with compute in the plan's pricing"
+    )
     return args
 
 

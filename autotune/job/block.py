@@ -508,7 +508,10 @@ def end_figures(
       backward scatters the gradient into its shard (`3 e h / ring`).
     - tail: final norm, all-gather of its output, the `T x h x V/ring`
       logits GEMMs (logits_gemm_s), the gradient reduce-scatter, and the
-      fp32 cross-entropy over the logits (loss_bytes_per_token).
+      fp32 cross-entropy over the logits (loss_bytes_per_token); each
+      multi-token-prediction module adds its `2h -> h` projection and the
+      tail again (its block is priced as one more MoE block of the last
+      chunk, job/model.py).
     Without a vocabulary size both are zero; without `comm` the vocabulary
     ring's collectives are left out (a lower bound). Under context
     parallelism a chip handles `s / cp` tokens of each sequence."""
@@ -537,6 +540,17 @@ def end_figures(
     tail_f = norm_tokens * 2 * e * h / bw + link_comm / 2 + logits_f + n * loss_f / ring / bw
     tail_b = norm_tokens * 3 * e * h / bw + link_comm / 2 + logits_b + n * loss_b / ring / bw
     head_params, tail_params, tail_transient = end_memory(model, training, rows, cols, mbs, cp)
+    if model.mtp_layers:
+        # each multi-token-prediction module (its block is priced with the
+        # last chunk's): the `2h -> h` projection of its two normed inputs
+        # on a `1 / t` shard, then the output layer and the loss again
+        proj_f = float(hw.gemm.gemm_s(tokens, h / tp, 2 * h))
+        proj_b = float(
+            hw.gemm.gemm_s(tokens, 2 * h, h / tp) + hw.gemm.gemm_s(2 * h, h / tp, tokens)
+        )
+        tail_f += model.mtp_layers * (proj_f + tail_f)
+        tail_b += model.mtp_layers * (proj_b + tail_b)
+        tail_params += model.mtp_layers * 2 * h * h / tp
     return EndFigures(
         head_forward_s=head_f,
         head_backward_s=head_b,

@@ -196,10 +196,14 @@ class KeyFigures:
     experts: dict[tuple[int, ...], ExpertFigures] = field(default_factory=dict)
     expert_data_axes: dict[tuple[int, ...], AxisLayout] = field(default_factory=dict)
     moe_flags: tuple[bool, ...] = ()
+    #: multi-token-prediction blocks, run after the last block (last chunk)
+    mtp_layers: int = 0
 
     def like(self) -> KeyFigures:
         """Empty figures for the same model (its MoE blocks), sharing the layouts."""
-        return KeyFigures({}, {}, self.layouts, {}, self.expert_data_axes, self.moe_flags)
+        return KeyFigures(
+            {}, {}, self.layouts, {}, self.expert_data_axes, self.moe_flags, self.mtp_layers
+        )
 
 
 @dataclass(frozen=True)
@@ -499,9 +503,14 @@ def _price_group(
     fp8 = training.fp8 is not Fp8Recipe.NONE
     fp8_copy_bytes = fp8_weight_copy_bytes_per_param(training.fp8.value) if fp8 else 0.0
     f_blk, b_blk = block_seconds(g)
+    if figs.mtp_layers:
+        # multi-token-prediction modules: blocks after the last, not recomputed
+        counts = counts.copy()
+        counts[:, -1, 0] += figs.mtp_layers
     layers = counts.sum(axis=2)  # (K, num)
     # a mixture of experts: MoE and dense blocks per chunk, each mode's share
-    moe_n, dense_n = kind_counts(layers, figs.moe_flags)
+    flags = figs.moe_flags + (True,) * figs.mtp_layers if figs.moe_flags else ()
+    moe_n, dense_n = kind_counts(layers, flags)
     share = counts / np.maximum(layers, 1.0)[:, :, None]
     # per chunk and micro-batch: blocks, recomputation, ends, send-recv
     fwd = layers * f_blk[:, None]
@@ -633,10 +642,15 @@ def _price_group(
         "parts": parts,
     }
     if detail:
+        # the model's blocks (multi-token-prediction modules run on the last
+        # chunk besides them)
+        model_layers, model_modes = layers.copy(), stage_mode.copy()
+        model_layers[:, -1] -= figs.mtp_layers
+        model_modes[:, -1, 0] -= figs.mtp_layers
         out["detail"] = [
             StageDetail(
-                layers=layers[k].reshape(v, pp).T.copy(),
-                recompute_counts=stage_mode[k],
+                layers=model_layers[k].reshape(v, pp).T.copy(),
+                recompute_counts=model_modes[k],
                 weights_bytes=weights[k],
                 gradients_bytes=grads[k],
                 optimizer_bytes=optim[k],

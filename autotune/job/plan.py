@@ -464,13 +464,22 @@ def out_of_memory_message(plan: Plan) -> str:
     st = plan.stages
     headroom = plan.hw.hbm_bytes - st.total_bytes
     s = int(np.argmin(headroom))
+    where, more = "", ""
+    if plan.experts is not None:
+        # the busiest expert-parallel rank holds the most routed tokens
+        ep = int(plan.config.get("ep", 1))
+        where = (
+            f" on its busiest expert-parallel rank (EP {ep}, {plan.experts.imbalance:.2f}x the "
+            "mean routed tokens)"
+        )
+        more = "more expert parallelism, "
     return (
-        f"out of memory: pipeline stage {s} needs {st.total_bytes[s] / GIB:.1f} GiB "
+        f"out of memory: pipeline stage {s}{where} needs {st.total_bytes[s] / GIB:.1f} GiB "
         f"(weights {st.weights_bytes[s] / GIB:.1f}, gradients {st.gradients_bytes[s] / GIB:.1f}, "
         f"optimizer {st.optimizer_bytes[s] / GIB:.1f}, activations "
         f"{st.activation_bytes[s] / GIB:.1f}, buffers {st.buffer_bytes[s] / GIB:.1f}, "
         f"workspace {plan.hw.workspace_bytes / GIB:.1f}, reserve {plan.hw.reserve_bytes / GIB:.1f})"
         f" of {plan.hw.hbm_bytes / GIB:.1f} GiB, short by {-headroom[s] / GIB:.1f} GiB; fix: more "
-        "recomputation, a higher ZeRO stage, more pipeline stages, more context parallelism or a "
-        "smaller micro-batch (or leave them to the search)"
+        f"recomputation, a higher ZeRO stage, more pipeline stages, {more}more context "
+        "parallelism or a smaller micro-batch (or leave them to the search)"
     )

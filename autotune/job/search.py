@@ -168,7 +168,7 @@ def key_figures(
 def new_figures(inp: JobInput) -> KeyFigures:
     """Empty figures for the job's model (which of its blocks are MoE)."""
     flags = inp.model.moe_layer_flags if inp.model.moe is not None else ()
-    return KeyFigures({}, {}, {}, moe_flags=flags)
+    return KeyFigures({}, {}, {}, moe_flags=flags, mtp_layers=inp.model.mtp_layers)
 
 
 def add_expert_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigures) -> None:

@@ -361,6 +361,28 @@ class Constraints(Spec):
     )
 
 
+def expert_parallel_rule(model: ModelSpec, ep: int) -> tuple[str, str] | None:
+    """Why `ep` expert-parallel chips cannot hold the model's routed experts
+    (reason, fix), or None: a dense model takes only 1; a mixture of
+    experts needs `ep` to divide its routed experts (each rank holds
+    `num_experts / ep`; Megatron-LM's validate_args asserts it)."""
+    if ep == 1:
+        return None
+    moe = model.moe
+    if moe is None:
+        return (
+            f"the model {model.name!r} has no routed experts",
+            "leave expert_parallel out (or 1), or give the model a `moe:` section",
+        )
+    if moe.num_experts % ep:
+        return (
+            f"does not divide the model's {moe.num_experts} routed experts (each rank holds "
+            "num_experts / expert_parallel)",
+            f"use a divisor of {moe.num_experts}",
+        )
+    return None
+
+
 class JobInput(Spec):
     """Everything one plan is computed from, resolved and validated: the
     model, the training input with its pinned and searched degrees, the

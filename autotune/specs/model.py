@@ -94,12 +94,25 @@ class MoeSpec(Spec):
         "topk_group: 4); omitted means no limit. Range: 1 to 2^24.",
     )
 
+    expert_groups: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DIM,
+        description="Groups the routed experts are split into for node-limited routing "
+        "(DeepSeek-V3 n_group: 8); omitted means not stated. Range: 1 to 2^24.",
+    )
+
     @model_validator(mode="after")
     def _check_top_k(self) -> MoeSpec:
         if self.experts_per_token > self.num_experts:
             raise ValueError(
                 f"experts_per_token ({self.experts_per_token}) exceeds num_experts "
                 f"({self.num_experts}); fix: use a top-k no larger than the expert count"
+            )
+        if self.expert_groups is not None and self.num_experts % self.expert_groups:
+            raise ValueError(
+                f"expert_groups ({self.expert_groups}) does not divide num_experts "
+                f"({self.num_experts}); fix: a divisor of num_experts"
             )
         return self
 

@@ -82,6 +82,16 @@ def _loaded(script: str, world_size: int) -> dict[str, object]:
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
 
     arguments.get_device_arch_version = lambda: 9  # an H100 (sm_90); no CUDA here
+    # --moe-grouped-gemm asks the device's compute capability (an H100's)
+    arguments.torch.cuda.get_device_capability = lambda *_: (9, 0)
+    # TransformerConfig asks Transformer Engine's version for MoE in FP8; TE
+    # does not install on a CPU: stand in TE 2.8 (what the export targets)
+    import megatron.core.transformer.transformer_config as transformer_config
+    from packaging.version import Version
+
+    transformer_config.is_te_min_version = lambda version, *_, **__: Version(
+        str(version)
+    ) <= Version("2.8.0")
     args = arguments.parse_args()
     arguments.validate_args(args, {})
     # Transformer Engine's fused RoPE kernel does not install on a CPU; the
