@@ -305,6 +305,27 @@ def test_megatron_loads_every_example(plans: dict[str, Path], case: str, tmp_pat
     cp, comm = _context(doc)
     if cp > 1:
         assert loaded["cp_comm_type"] == comm
+    _check_experts(loaded, doc)
+    moe = doc["provenance"]["model"].get("moe")
+    if moe is not None:
+        assert loaded["expert_tensor_parallel"] == 1
+        dense = moe.get("first_dense_layers", 0)
+        if dense:
+            pattern = loaded["moe_layer_freq"]
+            assert pattern == [0] * dense + [1] * (doc["provenance"]["model"]["num_layers"] - dense)
+
+
+def _check_experts(loaded: dict, doc: dict) -> None:
+    """A mixture of experts' routed experts, top-k and expert-parallel
+    degree as the trainer built them (1 and None for a dense model)."""
+    moe = doc["provenance"]["model"].get("moe")
+    expected = (
+        (None, None, 1)
+        if moe is None
+        else (moe["num_experts"], moe["experts_per_token"], doc["configuration"]["expert_parallel"])
+    )
+    got = (loaded["num_experts"], loaded["experts_per_token"], loaded["expert_parallel"])
+    assert got == expected
 
 
 @pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a", "gpu-p2p-across-nodes"])
@@ -359,6 +380,7 @@ def test_torchtitan_loads_and_builds_every_example(
     if zero == 1:
         assert any(line.startswith("ZeRO stage 1") for line in not_expressed)
     _check_torchtitan_context(loaded, doc, not_expressed)
+    _check_experts(loaded, doc)
 
 
 def _check_torchtitan_context(loaded: dict, doc: dict, not_expressed: list[str]) -> None:

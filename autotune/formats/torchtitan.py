@@ -73,7 +73,7 @@ _PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
 ROPE_THETA = 500000.0
 
 # The module's code below its constants: the same for every plan.
-_BODY = '''
+_DENSE = '''
 from functools import partial
 
 import torch.nn as nn
@@ -144,6 +144,163 @@ def _model():
     )
 
 
+'''
+
+_MOE = '''
+from functools import partial
+
+import torch.nn as nn
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.components.optimizer import default_adamw, register_moe_load_balancing_hook
+from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+from torchtitan.distributed.pipeline_parallel import pipeline_llm
+from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import (
+    get_attention_config,
+    make_ffn_config,
+    make_gqa_config,
+    make_moe_config,
+    make_routed_experts_config,
+    make_router_config,
+)
+from torchtitan.protocols.model_spec import ModelSpec
+from torchtitan.trainer import Trainer
+
+if MLA is None:
+    # GQA attention with MoE blocks: torchtitan's Qwen3 decoder classes
+    from torchtitan.models.qwen3 import parallelize_qwen3 as parallelize
+    from torchtitan.models.qwen3.model import Qwen3Model as Model
+    from torchtitan.models.qwen3.model import Qwen3TransformerBlock as Block
+else:
+    # multi-head latent attention: torchtitan's DeepSeek-V3 classes
+    from torchtitan.models.deepseek_v3 import make_mla_attention_config
+    from torchtitan.models.deepseek_v3 import parallelize_deepseekv3 as parallelize
+    from torchtitan.models.deepseek_v3.model import DeepSeekV3Model as Model
+    from torchtitan.models.deepseek_v3.model import DeepSeekV3TransformerBlock as Block
+
+
+def _linear_init(std):
+    return {"weight": partial(nn.init.trunc_normal_, std=std), "bias": nn.init.zeros_}
+
+
+def _depth_init(i):
+    return _linear_init(0.02 / (2 * (i + 1)) ** 0.5)
+
+
+_NORM_INIT = {"weight": nn.init.ones_}
+
+
+def _norm(width):
+    return RMSNorm.Config(normalized_shape=width, param_init=_NORM_INIT)
+
+
+def _attention(i):
+    if MLA is None:
+        return make_gqa_config(
+            dim=DIM,
+            n_heads=N_HEADS,
+            n_kv_heads=N_KV_HEADS,
+            head_dim=HEAD_DIM,
+            wqkv_param_init=_linear_init(0.02),
+            wo_param_init=_depth_init(i),
+            inner_attention=get_attention_config("flex"),
+            fuse_qkv=True,
+            rope=ComplexRoPE.Config(dim=HEAD_DIM, max_seq_len=SEQ_LEN, theta=ROPE_THETA),
+        )
+    return make_mla_attention_config(
+        layer_id=i,
+        dim=DIM,
+        n_heads=N_HEADS,
+        **MLA,
+        attn_backend="flex",
+        linear_init=_linear_init(0.02),
+        norm_init=_NORM_INIT,
+        depth_init=_depth_init,
+        rope=ComplexRoPE.Config(
+            dim=MLA["qk_rope_head_dim"], max_seq_len=SEQ_LEN, theta=ROPE_THETA
+        ),
+    )
+
+
+def _moe(i):
+    shared = None
+    if MOE["shared_hidden"]:
+        shared = make_ffn_config(
+            dim=DIM,
+            hidden_dim=MOE["shared_hidden"],
+            w1_param_init=_linear_init(0.02),
+            w2w3_param_init=_depth_init(i),
+        )
+    experts_init = {
+        "w1_EFD": partial(nn.init.trunc_normal_, std=0.02),
+        "w2_EDF": partial(nn.init.trunc_normal_, std=0.02 / (2 * (i + 1)) ** 0.5),
+        "w3_EFD": partial(nn.init.trunc_normal_, std=0.02 / (2 * (i + 1)) ** 0.5),
+    }
+    return make_moe_config(
+        num_experts=MOE["num_experts"],
+        router=make_router_config(
+            dim=DIM,
+            num_experts=MOE["num_experts"],
+            gate_param_init=_linear_init(0.02),
+            top_k=MOE["top_k"],
+            score_func=MOE["score_func"],
+            num_expert_groups=MOE["num_expert_groups"],
+            num_limited_groups=MOE["num_limited_groups"],
+        ),
+        routed_experts=make_routed_experts_config(
+            dim=DIM,
+            hidden_dim=MOE["hidden"],
+            num_experts=MOE["num_experts"],
+            top_k=MOE["top_k"],
+            param_init=experts_init,
+            comm_backend="standard",
+            non_blocking_capacity_factor=MOE["capacity_factor"],
+        ),
+        shared_experts=shared,
+    )
+
+
+def _model():
+    """The plan's decoder: each block's attention, then its MoE or dense FFN."""
+    layers = []
+    for i in range(NUM_LAYERS):
+        dense = not MOE_LAYERS[i]
+        layers.append(
+            Block.Config(
+                attention=_attention(i),
+                attention_norm=_norm(DIM),
+                ffn_norm=_norm(DIM),
+                feed_forward=make_ffn_config(
+                    dim=DIM,
+                    hidden_dim=FFN_HIDDEN,
+                    w1_param_init=_linear_init(0.02),
+                    w2w3_param_init=_depth_init(i),
+                )
+                if dense
+                else None,
+                moe=None if dense else _moe(i),
+            )
+        )
+    return Model.Config(
+        dim=DIM,
+        vocab_size=VOCAB_SIZE,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB_SIZE,
+            embedding_dim=DIM,
+            param_init={"weight": partial(nn.init.normal_, std=1.0)},
+        ),
+        norm=_norm(DIM),
+        lm_head=Linear.Config(
+            in_features=DIM, out_features=VOCAB_SIZE, param_init=_linear_init(DIM**-0.5)
+        ),
+        layers=layers,
+    )
+'''
+
+_TAIL = '''
+
 def _model_parts(per_stage):
     """Module names of every virtual stage in model order: the embedding with
     the first, the final norm and output with the last."""
@@ -161,12 +318,12 @@ def _model_parts(per_stage):
 
 def meshtune_plan():
     spec = ModelSpec(
-        name="llama3",
+        name=MODEL_NAME,
         flavor=FLAVOR,
         model=_model(),
-        parallelize_fn=parallelize_llama,
+        parallelize_fn=parallelize if MOE else parallelize_llama,
         pipelining_fn=pipeline_llm,
-        post_optimizer_build_fn=None,
+        post_optimizer_build_fn=register_moe_load_balancing_hook if MOE else None,
         state_dict_adapter=None,
     )
     checkpoint = {"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}
@@ -269,6 +426,12 @@ def export_torchtitan(view: PlanView) -> Export:
     if cp > 1:
         parallelism["context_parallel_load_balancer"] = "headtail"
         _context_notes(view, notes)
+    moe, mla = _experts(view, shard, notes)
+    if moe is not None:
+        parallelism["expert_parallel_degree"] = view.expert_parallel
+        # its all-to-all dispatcher synchronises with the CPU, which CUDA
+        # graphs refuse (trainer.py _validate_cuda_graphs)
+        training["disable_cuda_graphs"] = True
     notes.assume(
         "spmd_backend partial_dtensor: torchtitan 0.3.0's default (spmd_types) needs torch "
         "2.14 with data or tensor parallelism"
@@ -312,6 +475,10 @@ def export_torchtitan(view: PlanView) -> Export:
     notes.assume("dataset c4 and AdamW at lr 3e-4: override them on the command line")
     constants = {
         "FLAVOR": f"meshtune-{m.name}",
+        "MODEL_NAME": "llama3" if moe is None else ("deepseek_v3" if mla else "qwen3"),
+        "MOE": moe,
+        "MLA": mla,
+        "MOE_LAYERS": list(m.moe_layer_flags) if moe is not None else None,
         "NUM_LAYERS": m.num_layers,
         "DIM": m.hidden_size,
         "N_HEADS": m.num_heads,
@@ -336,4 +503,68 @@ def export_torchtitan(view: PlanView) -> Export:
     # Python literals (repr of ints, floats, strings, bools, lists and dicts)
     values = "".join(f"{name} = {value!r}\n" for name, value in constants.items())
     text = head + usage + '"""torchtitan 0.3.0 config module written by meshtune export."""\n\n'
-    return finish("torchtitan", [ExportFile(FILE_NAME, text + values + _BODY)], notes)
+    body = (_DENSE if moe is None else _MOE) + _TAIL
+    return finish("torchtitan", [ExportFile(FILE_NAME, text + values + body)], notes)
+
+
+def _experts(
+    view: PlanView, shard: int, notes: Notes
+) -> tuple[dict[str, object] | None, dict[str, object] | None]:
+    """A mixture of experts' constants (MOE) and multi-head latent
+    attention's (MLA) for the module, or None: torchtitan 0.3.0's MoE
+    configs (models/common/config_utils.py `make_moe_config`,
+    `make_router_config`, `make_routed_experts_config`) in its Qwen3 decoder
+    classes (GQA attention) or its DeepSeek-V3 ones (MLA,
+    models/deepseek_v3/__init__.py `make_mla_attention_config`), and
+    `expert_parallel_degree` (config/configs.py line 279: the experts
+    regroup dp_shard x cp x tp, so it must divide them)."""
+    m = view.model
+    if m.moe is None:
+        return None, None
+    moe = m.moe
+    ep = view.expert_parallel
+    dense_region = shard * view.context_parallel * view.tensor_parallel
+    if dense_region % ep:
+        notes.drop(
+            f"expert parallel {ep}: torchtitan regroups only the FSDP x context x tensor chips "
+            f"({dense_region}: ZeRO 0 replicas are outside them) for its experts"
+        )
+    out: dict[str, object] = {
+        "num_experts": moe.num_experts,
+        "top_k": moe.experts_per_token,
+        "hidden": moe.expert_ffn_size,
+        "shared_hidden": moe.shared_expert_ffn_size,
+        "score_func": moe.router.value,
+        "num_expert_groups": moe.expert_groups if moe.node_limit is not None else None,
+        "num_limited_groups": moe.node_limit,
+        "capacity_factor": moe.capacity_factor,
+    }
+    if moe.node_limit is not None and moe.expert_groups is None:
+        out["num_limited_groups"] = None
+        notes.drop(
+            f"node-limited routing ({moe.node_limit}): the model gives no expert_groups for "
+            "torchtitan's num_expert_groups"
+        )
+    if moe.node_limit is not None:
+        notes.assume(
+            "the standard all-to-all dispatch (comm_backend standard): a token's copies "
+            "cross the network once per expert, not once per node as the plan priced"
+        )
+    if m.mtp_layers:
+        notes.drop(
+            f"{m.mtp_layers} multi-token-prediction module(s): torchtitan builds them with a "
+            "private helper (models/deepseek_v3/__init__.py `_build_mtp_layers`); add them "
+            "to the model config yourself"
+        )
+    mla = None
+    if m.mla is not None:
+        mla = {
+            "q_lora_rank": m.mla.q_lora_rank or 0,
+            "kv_lora_rank": m.mla.kv_lora_rank,
+            "qk_nope_head_dim": m.mla.qk_nope_head_dim,
+            "qk_rope_head_dim": m.mla.qk_rope_head_dim,
+            "v_head_dim": m.mla.v_head_dim,
+        }
+    else:
+        notes.assume("MoE blocks in torchtitan's Qwen3 decoder classes (GQA attention)")
+    return out, mla

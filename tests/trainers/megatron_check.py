@@ -89,9 +89,9 @@ def _loaded(script: str, world_size: int) -> dict[str, object]:
     import megatron.core.transformer.transformer_config as transformer_config
     from packaging.version import Version
 
-    transformer_config.is_te_min_version = lambda version, *_, **__: Version(
-        str(version)
-    ) <= Version("2.8.0")
+    transformer_config.is_te_min_version = lambda version, *_, **__: (
+        Version(str(version)) <= Version("2.8.0")
+    )
     args = arguments.parse_args()
     arguments.validate_args(args, {})
     # Transformer Engine's fused RoPE kernel does not install on a CPU; the
@@ -137,6 +137,11 @@ def _loaded(script: str, world_size: int) -> dict[str, object]:
         "recompute_num_layers": args.recompute_num_layers,
         "distributed_optimizer": bool(args.use_distributed_optimizer),
         "tp_comm_overlap": bool(args.tp_comm_overlap),
+        "num_experts": args.num_experts,
+        "experts_per_token": config.moe_router_topk if args.num_experts else None,
+        "expert_parallel": args.expert_model_parallel_size,
+        "expert_tensor_parallel": args.expert_tensor_parallel_size,
+        "moe_layer_freq": config.moe_layer_freq if args.num_experts else None,
     }
 
 

@@ -56,6 +56,20 @@ def _compute_dtype(parts: list) -> str | None:
     return None
 
 
+def _ffn_width(layers: list) -> int:
+    """The dense FFN's width, or the routed experts' when every block is MoE."""
+    for block in layers:
+        if block.feed_forward is not None:
+            return block.feed_forward.w1.out_features
+    return layers[0].moe.routed_experts.inner_experts.hidden_dim
+
+
+def _experts(moe, key: str) -> int | None:
+    if moe is None:
+        return None
+    return moe.num_experts if key == "num_experts" else moe.router.top_k
+
+
 def _loaded(module_file: Path) -> dict[str, object]:
     sys.path.insert(0, str(module_file.parent))
     import torch
@@ -126,6 +140,7 @@ def _loaded(module_file: Path) -> dict[str, object]:
     batch_degree = par.data_parallel_replicate_degree * par.data_parallel_shard_degree
     accumulation = training.global_batch_size // (training.local_batch_size * batch_degree)
     first = config.model_spec.model.layers[0]
+    first_moe = next((b.moe for b in config.model_spec.model.layers if b.moe is not None), None)
     return {
         "tensor_parallel": par.tensor_parallel_degree,
         "context_parallel": dims.cp,
@@ -148,9 +163,13 @@ def _loaded(module_file: Path) -> dict[str, object]:
         "sequence_length": training.seq_len,
         "num_layers": len(config.model_spec.model.layers),
         "hidden_size": config.model_spec.model.dim,
-        "ffn_hidden_size": first.feed_forward.w1.out_features,
+        # a mixture of experts: the dense blocks' width, else the experts'
+        "ffn_hidden_size": _ffn_width(config.model_spec.model.layers),
+        "num_experts": _experts(first_moe, "num_experts"),
+        "experts_per_token": _experts(first_moe, "top_k"),
+        "expert_parallel": par.expert_parallel_degree,
         "num_heads": first.attention.n_heads,
-        "num_kv_heads": first.attention.n_kv_heads or first.attention.n_heads,
+        "num_kv_heads": getattr(first.attention, "n_kv_heads", None) or first.attention.n_heads,
         "compute_dtype": _compute_dtype(built_parts),
         "activation_checkpoint": _checkpointing(built_parts),
         "async_tensor_parallel": bool(config.compile.enable_async_tensor_parallel),
