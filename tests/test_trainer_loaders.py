@@ -188,6 +188,7 @@ def test_mindformers_loads_every_example(plans: dict[str, Path], case: str, tmp_
     if zero == 1:
         assert any(line.startswith("ZeRO stage 1") for line in not_expressed)
     _check_mindformers_context(loaded, doc)
+    _check_experts(loaded, doc)
 
 
 def _check_mindformers_context(loaded: dict, doc: dict) -> None:
@@ -518,7 +519,10 @@ def test_maxtext_loads_every_example(plans: dict[str, Path], case: str, tmp_path
     c = doc["configuration"]
     assert loaded["tensor_parallel"] == c["tensor_parallel"]
     assert loaded["data_parallel"] == c["data_parallel"]
-    assert loaded["fsdp"] == (c["data_parallel"] if c["zero_stage"] == 3 else 1)
+    fsdp = c["data_parallel"] // loaded["expert_parallel"]
+    assert loaded["fsdp"] == (fsdp if c["zero_stage"] == 3 else 1)
+    if not any(line.startswith("expert parallel") for line in not_expressed):
+        _check_experts(loaded, doc)
     stages, chunks = c["pipeline_parallel"], c["interleave"]
     assert loaded["interleave"] == chunks
     built = [loaded["layers_per_stage_and_chunk"]] * (stages * chunks)

@@ -249,7 +249,88 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
         out["vocab_size"] = _padded_vocab(m.vocab_size, size[mlp], notes)
     if m.tied_embeddings is not None:
         out["logits_via_embedding"] = m.tied_embeddings
+    out.update(_experts(view, out, notes))
     return out
+
+
+def _experts(view: PlanView, out: dict[str, object], notes: Notes) -> dict[str, object]:
+    """A mixture of experts, multi-head latent attention and multi-token
+    prediction as MaxText 0.2.5's keys (configs/base.yml of the wheel:
+    `num_experts`, `num_experts_per_tok`, `capacity_factor` (-1 dropless),
+    `base_moe_mlp_dim` lines 247-271; `first_num_dense_layers`,
+    `shared_experts`, `routed_score_func`, `n_routing_groups`,
+    `topk_routing_group` lines 379-389; `attention_type: mla` and its ranks
+    lines 487-546; `mtp_num_layers` line 235; `ici_expert_parallelism` /
+    `dcn_expert_parallelism` lines 793 / 779; `interleave_moe_layer_step`
+    line 1373). MaxText's expert axis is a mesh axis of its own that also
+    splits the batch of the dense layers, so the plan's expert parallelism
+    is taken out of its data-parallel degree."""
+    m = view.model
+    res: dict[str, object] = {}
+    if m.mla is not None:
+        res.update(
+            {
+                "attention_type": "mla",
+                "q_lora_rank": m.mla.q_lora_rank or 0,
+                "kv_lora_rank": m.mla.kv_lora_rank,
+                "qk_nope_head_dim": m.mla.qk_nope_head_dim,
+                "qk_rope_head_dim": m.mla.qk_rope_head_dim,
+                "v_head_dim": m.mla.v_head_dim,
+            }
+        )
+    if m.mtp_layers:
+        res["mtp_num_layers"] = m.mtp_layers
+    moe = m.moe
+    if moe is None:
+        return res
+    res.update(
+        {
+            "decoder_block": "deepseek" if m.mla is not None else "mixtral",
+            "num_experts": moe.num_experts,
+            "num_experts_per_tok": moe.experts_per_token,
+            "base_moe_mlp_dim": moe.expert_ffn_size,
+            "capacity_factor": moe.capacity_factor if moe.capacity_factor is not None else -1.0,
+        }
+    )
+    if all(m.moe_layer_flags):
+        res["base_mlp_dim"] = moe.expert_ffn_size  # base.yml line 271: a fully MoE model
+    if moe.first_dense_layers:
+        res["first_num_dense_layers"] = moe.first_dense_layers
+    if moe.layer_frequency > 1:
+        res["interleave_moe_layer_step"] = moe.layer_frequency
+    if moe.shared_expert_ffn_size:
+        count, rest = divmod(moe.shared_expert_ffn_size, moe.expert_ffn_size)
+        if rest:
+            notes.drop(
+                f"shared experts of width {moe.shared_expert_ffn_size}: MaxText counts shared "
+                f"experts of the routed width {moe.expert_ffn_size}"
+            )
+        res["shared_experts"] = max(count, 1)
+    if moe.router.value == "sigmoid":
+        res["routed_score_func"] = "sigmoid"
+    if moe.node_limit is not None and moe.expert_groups is not None:
+        res["n_routing_groups"] = moe.expert_groups
+        res["topk_routing_group"] = moe.node_limit
+    if m.mla is None:
+        notes.assume("decoder_block mixtral: MaxText's GQA decoder with MoE blocks")
+    ep = view.expert_parallel
+    if ep > 1:
+        axis = "fsdp" if view.zero_stage == 3 else "data"
+        ici, dcn = int(out[f"ici_{axis}_parallelism"]), int(out[f"dcn_{axis}_parallelism"])  # type: ignore[call-overload]
+        if ici % ep == 0:
+            res[f"ici_{axis}_parallelism"] = ici // ep
+            res["ici_expert_parallelism"] = ep
+        elif (ici * dcn) % ep == 0 and ep % ici == 0:
+            res[f"ici_{axis}_parallelism"] = 1
+            res[f"dcn_{axis}_parallelism"] = dcn // (ep // ici)
+            res["ici_expert_parallelism"] = ici
+            res["dcn_expert_parallelism"] = ep // ici
+        else:
+            notes.drop(
+                f"expert parallel {ep}: MaxText takes its expert axis out of the data-parallel "
+                f"chips ({ici} per slice, {dcn} slices), which it does not divide"
+            )
+    return res
 
 
 def _pipeline_layers(view: PlanView, notes: Notes) -> dict[str, object]:

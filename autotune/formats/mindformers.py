@@ -104,6 +104,69 @@ def _yaml(tree: dict[str, object], indent: str = "") -> str:
     return "".join(out)
 
 
+def _experts(
+    view: PlanView, parallel: dict[str, object], model: dict[str, object], notes: Notes
+) -> None:
+    """A mixture of experts, multi-head latent attention and multi-token
+    prediction as MindFormers 2.0.0's keys, in the names its mcore mapping
+    takes (parallel_core/transformer_config_utils.py of the 2.0.0 wheel:
+    `expert_parallel` line 214, `n_routed_experts` / `num_experts` 247, `moe_intermediate_size`
+    348, `num_experts_per_tok` 349, `n_group` / `topk_group` 350-351,
+    `scoring_func` 353, `capacity_factor` 361, `n_shared_experts` 365,
+    `first_k_dense_replace` 370, `multi_latent_attention` 263, the MLA
+    ranks 396-404, `num_nextn_predict_layers` 239)."""
+    m = view.model
+    if m.mla is not None:
+        model.update(
+            {
+                "multi_latent_attention": True,
+                "kv_lora_rank": m.mla.kv_lora_rank,
+                "qk_nope_head_dim": m.mla.qk_nope_head_dim,
+                "qk_rope_head_dim": m.mla.qk_rope_head_dim,
+                "v_head_dim": m.mla.v_head_dim,
+            }
+        )
+        if m.mla.q_lora_rank is not None:
+            model["q_lora_rank"] = m.mla.q_lora_rank
+    if m.mtp_layers:
+        model["num_nextn_predict_layers"] = m.mtp_layers
+    moe = m.moe
+    if moe is None:
+        return
+    # MindFormers' mixture-of-experts models (models/qwen3_moe, models/deepseek3)
+    mla = m.mla is not None
+    model["model_type"] = "deepseek_v3" if mla else "qwen3_moe"
+    model["architectures"] = ["DeepseekV3ForCausalLM" if mla else "Qwen3MoeForCausalLM"]
+    parallel["expert_parallel"] = view.expert_parallel
+    model.update(
+        {
+            # each model class's own key (Qwen3-MoE's num_experts defaults to 128)
+            ("n_routed_experts" if mla else "num_experts"): moe.num_experts,
+            "num_experts_per_tok": moe.experts_per_token,
+            "moe_intermediate_size": moe.expert_ffn_size,
+        }
+    )
+    if moe.shared_expert_ffn_size:
+        count, rest = divmod(moe.shared_expert_ffn_size, moe.expert_ffn_size)
+        if rest:
+            notes.drop(
+                f"shared experts of width {moe.shared_expert_ffn_size}: MindFormers counts "
+                f"shared experts of the routed width {moe.expert_ffn_size}"
+            )
+        model["n_shared_experts"] = max(count, 1)
+    if moe.first_dense_layers:
+        model["first_k_dense_replace"] = moe.first_dense_layers
+    if moe.layer_frequency > 1:
+        notes.drop(f"MoE every {moe.layer_frequency} blocks: set moe_layer_freq yourself")
+    if moe.router.value == "sigmoid":
+        model["scoring_func"] = "sigmoid"
+    if moe.node_limit is not None and moe.expert_groups is not None:
+        model["n_group"] = moe.expert_groups
+        model["topk_group"] = moe.node_limit
+    if moe.capacity_factor is not None:
+        model["capacity_factor"] = moe.capacity_factor
+
+
 def export_mindformers(view: PlanView) -> Export:
     """mindformers.yaml: runner, parallel, context-parallel, recompute and
     model keys of the dense template."""
@@ -186,6 +249,7 @@ def export_mindformers(view: PlanView) -> Export:
     if cp > 1 and view.context_comm == "p2p":
         model["use_ring_attention"] = True
     model["offset"] = layer_offsets(view) if pp > 1 else 0
+    _experts(view, parallel_config, model, notes)
     if m.ffn_kind != FfnKind.SWIGLU or m.position_encoding != PositionEncoding.ROTARY:
         notes.drop(
             f"a {m.ffn_kind.value} FFN with {m.position_encoding.value} positions: MindFormers' "

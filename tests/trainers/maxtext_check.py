@@ -106,8 +106,12 @@ def _loaded(path: Path) -> dict[str, object]:
         "context_parallel_strategy": config.context_parallel_strategy,
         "context_parallel_load_balance": bool(config.context_parallel_load_balance),
         "pipeline_parallel": stages,
-        "data_parallel": axes.get("data", 1) * axes.get("fsdp", 1),
+        # MaxText's expert axis also splits the dense layers' batch
+        "data_parallel": axes.get("data", 1) * axes.get("fsdp", 1) * axes.get("expert", 1),
         "fsdp": axes.get("fsdp", 1),
+        "expert_parallel": axes.get("expert", 1),
+        "num_experts": config.num_experts if config.num_experts > 1 else None,
+        "experts_per_token": config.num_experts_per_tok if config.num_experts > 1 else None,
         "mesh": {name: size for name, size in axes.items() if size > 1},
         "num_slices": config.num_slices,
         "interleave": repeats,

@@ -108,7 +108,11 @@ def _loaded(export_path: str) -> dict[str, object]:
         if tpc.pipeline_stage > 1
         else (loaded.runner_config.gradient_accumulation_steps)
     )
+    experts = transformer.num_moe_experts
     return {
+        "num_experts": experts,
+        "experts_per_token": transformer.moe_router_topk if experts else None,
+        "expert_parallel": transformer.expert_model_parallel_size,
         "tensor_parallel": tpc.model_parallel,
         "context_parallel": transformer.context_parallel_size,
         "use_ring_attention": bool(transformer.use_ring_attention),
