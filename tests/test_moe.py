@@ -194,3 +194,259 @@ def test_impossible_expert_fields_are_refused(change: dict, expected: str) -> No
     with pytest.raises(ValidationError) as err:
         ModelSpec(**base, **change)
     assert expected in str(err.value)
+
+
+# -- cost terms by hand (cost_models.moe) ---------------------------------------
+
+from cost_models.moe import (  # noqa: E402
+    balanced_imbalance,
+    dispatch_bytes_per_chip,
+    expert_data_parallel,
+    expert_ffn_forward_flops,
+    expert_params_per_chip,
+    node_limited_share,
+    permutation_bytes,
+    routed_tokens_per_chip,
+    tokens_per_expert,
+)
+
+
+def test_deepseek_v3_expert_terms_by_hand() -> None:
+    # one chip's 4096 tokens (b s / (cp t)), top-8 of 256 experts, EP 64
+    assert routed_tokens_per_chip(4096, 8) == 32768
+    assert tokens_per_expert(4096, 8, 256, 64) == 4096 * 8 * 64 / 256 == 8192
+    # ETP 2: the group's tokens gathered, each chip computing half of each expert
+    assert tokens_per_expert(4096, 8, 256, 64, etp=2) == 16384
+    assert dispatch_bytes_per_chip(4096, 8, 7168, 2) == 469_762_048
+    # 2 f T h F_e: 2 * 3 * 32768 * 7168 * 2048
+    assert expert_ffn_forward_flops(32768, 7168, 2048, 3) == 2 * 3 * 32768 * 7168 * 2048
+    # permute (read + write T k copies) and un-permute (read T k, write T)
+    assert permutation_bytes(4096, 8, 7168, 2) == (3 * 8 + 1) * 4096 * 7168 * 2
+    # 256 / 64 = 4 experts of 3 x 7168 x 2048 per chip; 64 chips per stage -> EDP 1
+    assert expert_params_per_chip(256, 64, 1, 7168, 2048, 3) == 4 * 3 * 7168 * 2048
+    assert expert_params_per_chip(256, 64, 2, 7168, 2048, 3) == 2 * 3 * 7168 * 2048
+    assert expert_data_parallel(64, 64) == 1 and expert_data_parallel(512, 64) == 8
+
+
+@pytest.mark.parametrize(
+    ("top_k", "limit", "nodes", "share"),
+    [(8, 4, 8, 0.5), (8, 4, 4, 1.0), (8, None, 8, 1.0), (2, 4, 8, 1.0), (6, 3, 8, 0.5)],
+)
+def test_node_limited_share(top_k: int, limit: int | None, nodes: int, share: float) -> None:
+    # DeepSeek-V3: each token reaches at most 4 of the group's nodes, sent once per node
+    assert node_limited_share(top_k, limit, nodes) == share
+
+
+def test_balanced_imbalance_by_hand_and_against_a_simulation() -> None:
+    import math
+
+    import numpy as np
+
+    # 1 + sqrt(2 ln 8 (1 - 1/8) / 1000)
+    expected = 1 + math.sqrt(2 * math.log(8) * 7 / 8 / 1000)
+    assert float(balanced_imbalance(1000, 8)) == pytest.approx(expected, rel=1e-12)
+    assert float(balanced_imbalance(1000, 1)) == 1.0 and float(balanced_imbalance(0, 8)) == 1.0
+    # the busiest of R ranks when every copy picks one uniformly: within 3%
+    rng = np.random.default_rng(7)
+    for n, ranks in ((2000, 16), (500, 64), (20000, 8)):
+        counts = rng.multinomial(n * ranks, [1 / ranks] * ranks, size=400)
+        simulated = counts.max(axis=1).mean() / n
+        assert float(balanced_imbalance(n, ranks)) == pytest.approx(simulated, rel=0.03)
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(st.floats(1.0, 1e7), st.floats(1.0, 1e7), st.integers(1, 4096))
+def test_balanced_imbalance_falls_with_tokens(n1: float, n2: float, ranks: int) -> None:
+    low, high = sorted((n1, n2))
+    a, b = float(balanced_imbalance(low, ranks)), float(balanced_imbalance(high, ranks))
+    assert 1.0 <= b <= a
+
+
+def test_grouped_gemm_flops_on_a_roofline() -> None:
+    from autotune.job.experts import grouped_gemm_s
+    from cost_models import ComputeModel
+
+    peak = 1e15
+    gemm = ComputeModel(peak_flops_per_s=peak)
+    rows, h, width, experts = 1024.0, 4096, 1408, 4
+    forward, backward = grouped_gemm_s(gemm, rows, h, width, True, experts)
+    flops = 2 * 3 * rows * h * width * experts  # gate + up fused, then down
+    assert forward == pytest.approx(flops / peak, rel=1e-12)
+    assert backward == pytest.approx(2 * flops / peak, rel=1e-12)
+
+
+def test_mla_attention_flops_and_key_value_bytes() -> None:
+    from cost_models.transformer_flops import attention_core_forward_flops
+
+    m = _v3()
+    # Q K^T over d_qk = 192, P V over d_v = 128: 2 s^2 (192 + 128) per head
+    assert m.core_head_dim == 160
+    flops = attention_core_forward_flops(1, 4096, 128, m.core_head_dim, causal=True)
+    assert flops == 2 * 128 * 4096**2 * (192 + 128) / 2
+    # one chip's key/value block under context parallelism 2 (tp 8): K of 192
+    # and V of 128 per head, 16 heads, 2048 tokens, bf16
+    from autotune.job.block import context_block_bytes
+    from autotune.specs.training import TrainingSpec
+
+    t = TrainingSpec(global_batch_sequences=8, sequence_length=4096, context_parallel=2)
+    assert context_block_bytes(m, t, 8, 1, 2) == 2048 * 16 * (192 + 128) * 2
+
+
+def test_expert_axes_and_the_links_their_all_to_all_crosses(tmp_path: Path) -> None:
+    from planning import write_plan
+
+    from autotune.hardware.layout import ParallelAxis
+    from autotune.hardware.placement import ResourceKind
+    from autotune.job.hardware import hardware_view
+    from autotune.loading import load_plan_input
+    from cost_models import MeshShape, ring_collective_s
+
+    path = write_plan(
+        tmp_path,
+        "gpt3-175b",
+        {"global_batch_sequences": 64, "sequence_length": 2048},
+        "h100-hgx-4n",
+    )
+    hw = hardware_view(load_plan_input(path))
+    # 32 GPUs as TP 2 x DP 16: EP 4 stays in a node, EP 16 spans two
+    small = hw.expert_axes(MeshShape(1, 2), 16, 1, 1, 4)
+    big = hw.expert_axes(MeshShape(1, 2), 16, 1, 1, 16)
+    assert not isinstance(small, str) and not isinstance(big, str)
+    ep4, edp8 = small
+    assert ep4.axis is ParallelAxis.EXPERT and (ep4.size, ep4.stride) == (4, 1)
+    assert [lv.kind for lv in ep4.levels] == [ResourceKind.SWITCHED]
+    assert (edp8.size, edp8.stride) == (8, 4) and edp8.levels[0].kind is ResourceKind.SCALE_OUT
+    ep16, edp2 = big
+    assert [(lv.size, lv.kind) for lv in ep16.levels] == [
+        (8, ResourceKind.SWITCHED),
+        (2, ResourceKind.SCALE_OUT),
+    ]
+    assert (edp2.size, edp2.stride) == (2, 16)
+    # a chip's B bytes: 7 pieces of B/16 over the switch, then 1 piece of
+    # 8 B/16 over its NIC; node-limited routing halves the NIC's share
+    b = 64 * 2.0**20
+    switch = hw.level_link(ep16.levels[0], "all_gather")
+    nic = hw.level_link(ep16.levels[1], "all_gather")
+    inside = float(ring_collective_s(switch, 8, b / 16))
+    across = float(ring_collective_s(nic, 2, 8 * b / 16))
+    assert float(hw.hierarchical_all_to_all_s(ep16, b)) == pytest.approx(inside + across)
+    half = float(ring_collective_s(nic, 2, 4 * b / 16))
+    limited = float(hw.hierarchical_all_to_all_s(ep16, b, scale_out_share=0.5))
+    assert limited == pytest.approx(inside + half)
+    # 16 does not divide a stage of 2 x 4 chips
+    assert isinstance(hw.expert_axes(MeshShape(1, 2), 4, 4, 1, 16), str)
+
+
+MINI_MOE = {
+    "name": "mini-moe",
+    "num_layers": 4,
+    "hidden_size": 1024,
+    "num_heads": 16,
+    "num_kv_heads": 4,
+    "head_dim": 64,
+    "ffn_size": 2048,
+    "ffn_kind": "swiglu",
+    "vocab_size": 32000,
+    "position_encoding": "rotary",
+    "moe": {"num_experts": 16, "experts_per_token": 2, "expert_ffn_size": 2048},
+}
+
+
+@pytest.mark.parametrize(("ep", "zero"), [(4, 3), (16, 3), (4, 1), (1, 0)])
+def test_expert_memory_per_rank_under_ep_and_expert_data(tmp_path: Path, ep: int, zero: int):
+    """16 GPUs as DP 16: each rank holds 16 / EP experts, their weights
+    sharded (ZeRO-3) and their gradients and Adam state (ZeRO 1-3) over the
+    16 / EP ranks holding the same experts; the attention and router over all 16."""
+    from planning import pinned, plan_for
+
+    from autotune.job.block import block_params_per_chip
+
+    training = pinned(
+        {
+            "global_batch_sequences": 16,
+            "sequence_length": 1024,
+            "tensor_parallel": 1,
+            "data_parallel": 16,
+            "expert_parallel": ep,
+            "zero_stage": zero,
+        }
+    )
+    plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx-2n")
+    assert plan.config["ep"] == ep
+    spec = plan.inp.model
+    dense = 4 * (block_params_per_chip(spec, 1) + 16 * 1024)  # attention + norms, router
+    dense += plan.ends.head_params + plan.ends.tail_params
+    experts = 4 * (16 // ep) * 3 * 1024 * 2048
+    d, d_x = 16, 16 // ep
+    weights = 2 * dense / (d if zero == 3 else 1) + 2 * experts / (d_x if zero == 3 else 1)
+    grads = 2 * dense / (d if zero >= 2 else 1) + 2 * experts / (d_x if zero >= 2 else 1)
+    optimizer = 12 * dense / (d if zero >= 1 else 1) + 12 * experts / (d_x if zero >= 1 else 1)
+    st = plan.stages
+    assert st.weights_bytes[0] == pytest.approx(weights, rel=1e-12)
+    assert st.gradients_bytes[0] == pytest.approx(grads, rel=1e-12)
+    assert st.optimizer_bytes[0] == pytest.approx(optimizer, rel=1e-12)
+
+
+def test_expert_parallel_beyond_the_stage_or_experts_is_refused(tmp_path: Path) -> None:
+    from planning import pinned, write_plan
+
+    from autotune.errors import InputError
+    from autotune.loading import load_plan_input
+
+    training = pinned({"global_batch_sequences": 16, "sequence_length": 1024, "expert_parallel": 3})
+    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n")
+    with pytest.raises(InputError) as err:
+        load_plan_input(path)
+    assert err.value.one_line() == (
+        f"{path}: training.expert_parallel: got 3; does not divide the model's 16 routed "
+        "experts (each rank holds num_experts / expert_parallel); fix: use a divisor of 16"
+    )
+
+
+def test_cli_an_expert_layout_that_cannot_fit_exits_1(tmp_path: Path) -> None:
+    """Every degree pinned, the experts on one GPU each: the stage, its
+    busiest expert-parallel rank and the shortfall are named."""
+    from clirun import assert_one_line_error, run_cli
+    from planning import pinned, write_plan
+
+    big = {**MINI_MOE, "moe": {**MINI_MOE["moe"], "num_experts": 64, "expert_ffn_size": 65536}}
+    training = pinned(
+        {
+            "global_batch_sequences": 16,
+            "sequence_length": 1024,
+            "tensor_parallel": 1,
+            "data_parallel": 16,
+            "expert_parallel": 1,
+        }
+    )
+    path = write_plan(tmp_path, big, training, "h100-hgx-2n")
+    run = run_cli("plan", str(path))
+    line = assert_one_line_error(
+        run,
+        "out of memory: pipeline stage 0 on its busiest expert-parallel rank (EP 1",
+        "short by",
+        "more expert parallelism",
+        code=1,
+    )
+    assert "GiB" in line
+
+
+def test_cli_an_impossible_expert_layout_exits_2(tmp_path: Path) -> None:
+    from clirun import assert_one_line_error, run_cli
+    from planning import write_plan
+
+    training = {"global_batch_sequences": 16, "sequence_length": 1024, "expert_parallel": 32}
+    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n")
+    assert_one_line_error(
+        run_cli("plan", str(path)),
+        "training.expert_parallel: got 32; does not divide the model's 16 routed experts",
+    )
+    dense = {k: v for k, v in MINI_MOE.items() if k != "moe"}
+    path = write_plan(tmp_path, dense, {**training, "expert_parallel": 2}, "h100-hgx-2n")
+    assert_one_line_error(
+        run_cli("plan", str(path)),
+        "training.expert_parallel: got 2; the model 'mini-moe' has no routed experts",
+    )

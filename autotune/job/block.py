@@ -337,7 +337,9 @@ def context_block_bytes(
     cost_models.context_parallel.kv_block_bytes."""
     heads = context_kv_heads(model, training, tp, mbs)
     local_tokens = training.sequence_length // cp
-    return float(kv_block_bytes(local_tokens, heads, model.head_dim, training.dtype.num_bytes))
+    # MLA: keys of d_qk and values of d_v per head, `2 (d_qk + d_v) / 2` in all
+    d = model.core_head_dim
+    return float(kv_block_bytes(local_tokens, heads, d, training.dtype.num_bytes))
 
 
 def context_exchange(
@@ -371,7 +373,7 @@ def context_exchange(
     if cp <= 1:
         return 0.0, 0.0, 0.0
     e = training.dtype.num_bytes
-    d, nh = model.head_dim, model.num_heads
+    d, nh = model.core_head_dim, model.num_heads
     local_tokens = training.sequence_length // cp
     block = context_block_bytes(model, training, tp, mbs, cp)
     kv_heads = context_kv_heads(model, training, tp, mbs)
