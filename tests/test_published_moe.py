@@ -1,0 +1,112 @@
+"""The whole-step model against published mixture-of-experts pre-training
+runs on DGX H100 (fixtures/published_moe/README.md cites every row).
+Nothing was fitted to them: the clusters are the bundled `h100-hgx-<N>n`
+presets priced with the bundled `h100-measured` calibration (fitted from
+public H100 microbenchmarks, calibration_data/measured/README.md).
+
+Each run is planned with what its source states pinned (tensor, pipeline,
+context, data and expert parallelism, micro-batch, virtual stages,
+precision) and the rest (recomputation, ZeRO stage) left to the planner,
+with Megatron-LM's 1D tensor parallelism. The source force-balances the
+tokens over the experts, so every model sets `expert_imbalance: 1`.
+
+Target (issue: forced-balance rows): median |error| at most 15%.
+
+Run `python -m pytest tests/test_published_moe.py -s` to see every row;
+docs/accuracy.md carries the same table.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from planning import plan_for
+
+from autotune.loading import load_model_spec
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "fixtures" / "published_moe" / "rows.yaml"
+CALIBRATION = "h100-measured"
+STEP_TARGET = 0.15
+# The record of the current figures, so a change that makes them worse
+# fails (docs/accuracy.md): the target is NOT met (median 31.8%, largest
+# 56.3%). Rows whose expert group stays in a node are predicted 30-56% fast
+# (routing, permutation and grouped-GEMM work priced at HBM and plain-GEMM
+# rates); rows whose group spans nodes 9-33% slow, with the all-to-all 32-73%
+# of the predicted step, priced exposed on one NIC rail per GPU.
+STEP_RECORD = (0.32, 0.57)
+
+pytestmark = pytest.mark.slow
+
+
+def _model(key: str, models: dict) -> dict:
+    m = models[key]
+    if isinstance(m, str):
+        spec = load_model_spec(REPO / m).model_dump(mode="json")
+    else:
+        spec = {
+            **m,
+            "name": key,
+            "ffn_kind": "swiglu",
+            "position_encoding": "rotary",
+        }
+    spec["moe"] = {**spec["moe"], "expert_imbalance": 1.0}
+    spec.pop("mtp_layers", None)  # the tables name MTP where a run has it
+    return spec
+
+
+def _training(row: dict) -> tuple[dict, float]:
+    """The plan file's training section and the measured step seconds."""
+    dp = row["gpus"] // (row["tp"] * row["pp"] * row["cp"])
+    measured_s = row["gbs"] * row["seq"] / (row["tokens_per_s_per_gpu"] * row["gpus"])
+    training = {
+        "global_batch_sequences": row["gbs"],
+        "sequence_length": row["seq"],
+        "dtype": "bf16",
+        "fp8": "none" if row["precision"] == "BF16" else "current",
+        "tensor_parallel": row["tp"],
+        "tensor_mesh": "1d",
+        "fc_algorithm": "megatron-1d",
+        "context_parallel": row["cp"],
+        "pipeline_parallel": row["pp"],
+        "data_parallel": dp,
+        "expert_parallel": row["ep"],
+        "interleave": row["vp"] or 1,
+        "micro_batch_size": row["mbs"],
+    }
+    return training, measured_s
+
+
+def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
+    data = yaml.safe_load(FIXTURE.read_text())
+    errors = []
+    print(
+        "\nrow                   GPUs  TPxPPxDP (EP)   mbs  measured   predicted  error   a2a share"
+    )
+    for row in data["rows"]:
+        training, measured_s = _training(row)
+        cluster = f"h100-hgx-{row['gpus'] // 8}n"
+        plan = plan_for(
+            tmp_path, _model(row["model"], data["models"]), training, cluster,
+            calibration=CALIBRATION,
+        )  # fmt: skip
+        err = plan.step_s / measured_s - 1.0
+        errors.append(abs(err))
+        layout = f"{row['tp']}x{row['pp']}x{training['data_parallel']} ({row['ep']})"
+        a2a = plan.parts["ep_comm_s"] / plan.step_s
+        print(
+            f"{row['id']:<21} {row['gpus']:>5}  {layout:<14} {row['mbs']:>3}  "
+            f"{measured_s:8.3f} s  {plan.step_s:8.3f} s  {err:+6.1%}  {a2a:6.1%}  "
+            f"fits {plan.fits}"
+        )
+    median = statistics.median(errors)
+    met = "met" if median <= STEP_TARGET else "NOT met"
+    print(
+        f"median |error| {median:.1%}, largest {max(errors):.1%} over {len(errors)} rows "
+        f"(target {STEP_TARGET:.0%}: {met})"
+    )
+    assert median <= STEP_RECORD[0]
+    assert max(errors) <= STEP_RECORD[1]
