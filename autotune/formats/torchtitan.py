@@ -142,8 +142,6 @@ def _model():
         ),
         layers=layers,
     )
-
-
 '''
 
 _MOE = '''

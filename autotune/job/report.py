@@ -161,6 +161,8 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
     where.add_column("time", justify="right")
     where.add_column("share of step", justify="right")
     for key, label in PARTS.items():
+        if key in ("expert_s", "ep_comm_s") and plan.experts is None:
+            continue  # a dense model: no routed experts
         where.add_row(label, fmt_s(plan.parts[key]), fmt_pct(plan.parts[key] / plan.step_s))
     console.print(where)
     _memory(plan, console)

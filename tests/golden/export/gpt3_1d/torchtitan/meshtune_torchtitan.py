@@ -12,6 +12,10 @@
 """torchtitan 0.3.0 config module written by meshtune export."""
 
 FLAVOR = 'meshtune-gpt3-175b'
+MODEL_NAME = 'llama3'
+MOE = None
+MLA = None
+MOE_LAYERS = None
 NUM_LAYERS = 96
 DIM = 12288
 N_HEADS = 96
@@ -114,12 +118,12 @@ def _model_parts(per_stage):
 
 def meshtune_plan():
     spec = ModelSpec(
-        name="llama3",
+        name=MODEL_NAME,
         flavor=FLAVOR,
         model=_model(),
-        parallelize_fn=parallelize_llama,
+        parallelize_fn=parallelize if MOE else parallelize_llama,
         pipelining_fn=pipeline_llm,
-        post_optimizer_build_fn=None,
+        post_optimizer_build_fn=register_moe_load_balancing_hook if MOE else None,
         state_dict_adapter=None,
     )
     checkpoint = {"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}
