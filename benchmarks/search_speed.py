@@ -7,7 +7,11 @@ could win), wall and CPU seconds, each case in its own process:
 - a Llama-3-405B shape on 16384 H100 (2048 HGX nodes), batch 2048 x 8192
   (16M tokens, the Llama 3 paper's largest batch);
 - GPT-3 175B on a 1024-chip TPU v5p slice (8x8x16), batch 1536 x 2048;
-- GPT-3 175B on four 256-chip TPU v5p slices (examples/gpt3-tpu-v5p-auto.yaml).
+- GPT-3 175B on four 256-chip TPU v5p slices (examples/gpt3-tpu-v5p-auto.yaml);
+- DeepSeek-V3 (examples/deepseek-v3/config.json) in FP8 on 1024 H100, batch
+  1024 x 4096, expert parallelism searched too (issue: mixtures of experts,
+  target under 60 s);
+- Mixtral 8x7B (examples/mixtral-8x7b/config.json) on 32 H100.
 
 Every parallel degree is searched, default constraints. Targets on an idle
 2-core machine (issue: one plan): under 1 s, under 10 s and under 5 s for the
@@ -72,6 +76,22 @@ CASES = {
         "sequence": 2048,
         "target_s": 5.0,
     },
+    "deepseek-v3-1024xH100": {
+        "model": str(REPO / "examples" / "deepseek-v3" / "config.json"),
+        "cluster": "h100-hgx-128n",
+        "calibration": "h100-measured",
+        "fp8": "blockwise",
+        "batch": 1024,
+        "sequence": 4096,
+        "target_s": 60.0,
+    },
+    "mixtral-8x7b-32xH100": {
+        "model": str(REPO / "examples" / "mixtral-8x7b" / "config.json"),
+        "cluster": "h100-hgx-4n",
+        "batch": 256,
+        "sequence": 4096,
+        "target_s": 60.0,
+    },
 }  # fmt: skip
 
 
@@ -87,6 +107,10 @@ def _plan_file(folder: Path, name: str) -> Path:
         },
         "cluster": case["cluster"],
     }
+    if "fp8" in case:
+        data["training"]["fp8"] = case["fp8"]
+    if "calibration" in case:
+        data["calibration"] = case["calibration"]
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

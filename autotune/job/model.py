@@ -10,7 +10,11 @@ step, per chip:
 - per block and micro-batch: job/block.py (FC layers from job/fc.py,
   attention core, memory-bound ops, the context-parallel key/value exchange
   the attention does not hide, recomputation, activations kept), at
-  `b s / cp` tokens per chip, and
+  `b s / cp` tokens per chip; a mixture of experts' MoE blocks add their
+  routed part (job/experts.py: router, all-to-alls over the expert axis,
+  grouped GEMMs, permutation) and its dense blocks their wider FFN, counted
+  per chunk from where the MoE blocks fall (`kind_counts`), and
+  multi-token-prediction modules run as MoE blocks of the last chunk; and
   the ends (embedding on the first chunk; final norm, logits and loss on the
   last), looked up per (mesh, micro-batch) key;
 - pipeline: the layers cut into `pp v` chunks (the even split, Megatron-LM's:
@@ -23,7 +27,8 @@ step, per chip:
   `m (F + B)`);
 - memory per stage: weights (with an FP8 recipe's weight copies),
   gradients and Adam state of its parameters by ZeRO stage over the data x
-  context group `dp cp` (cost_models.data_parallel), the activations of the
+  context group `dp cp` (cost_models.data_parallel; routed-expert weights
+  over their expert-data group `t cp dp / ep`), the activations of the
   micro-batches the schedule keeps alive (pipeline/schedule.py
   `peak_alive_vectors`), the FC layers' gathered buffers, ZeRO-3's gathered
   block, a full-recomputation stage's one recomputed block, the key/value
