@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 import yaml
 
 from autotune.job.plan import Plan, make_plan
@@ -75,3 +77,15 @@ def plan_for(
     """Plan a file written from these sections, in-process."""
     path = write_plan(tmp_path, model, training, cluster, **sections)
     return make_plan(load_plan_input(path), suggest_better=suggest_better)
+
+
+def transformers_and_torch():
+    """transformers and torch: required in CI (the test extra installs them),
+    skipped elsewhere when absent."""
+    if os.environ.get("CI"):
+        import torch
+        import transformers
+    else:
+        transformers = pytest.importorskip("transformers")
+        torch = pytest.importorskip("torch")
+    return transformers, torch

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from planning import transformers_and_torch
 
 from autotune.errors import InputError
 from autotune.hf_config import parameter_count
@@ -174,16 +175,7 @@ ROUND_TRIPS = {
 }  # fmt: skip
 
 
-def _library():
-    """transformers and torch: required in CI (the test extra installs them),
-    skipped elsewhere when absent."""
-    if os.environ.get("CI"):
-        import torch
-        import transformers
-    else:
-        transformers = pytest.importorskip("transformers")
-        torch = pytest.importorskip("torch")
-    return transformers, torch
+_library = transformers_and_torch
 
 
 @pytest.mark.parametrize("name", list(ROUND_TRIPS))

@@ -4,10 +4,10 @@ hand-computed tables for every cost term (cost_models.moe)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from planning import transformers_and_torch
 from pydantic import ValidationError
 
 from autotune.hf_config import parameter_count
@@ -43,15 +43,7 @@ MOE_ROUND_TRIPS = {
 }  # fmt: skip
 
 
-def _library():
-    """transformers and torch: required in CI, skipped elsewhere when absent."""
-    if os.environ.get("CI"):
-        import torch
-        import transformers
-    else:
-        transformers = pytest.importorskip("transformers")
-        torch = pytest.importorskip("torch")
-    return transformers, torch
+_library = transformers_and_torch
 
 
 @pytest.mark.parametrize("name", list(MOE_ROUND_TRIPS))

@@ -102,6 +102,21 @@ def finish(target: str, files: list[ExportFile], notes: Notes) -> Export:
     return Export(target, tuple(files), tuple(notes.assumed), tuple(notes.not_expressed))
 
 
+def shared_expert_count(view: PlanView, trainer: str, notes: Notes) -> int:
+    """The model's shared experts as a count of routed-width experts (what
+    MaxText and MindFormers take): `F_s / F_e`, at least 1; a width that is
+    not a multiple is a not-expressed line."""
+    moe = view.model.moe
+    assert moe is not None and moe.shared_expert_ffn_size
+    count, rest = divmod(moe.shared_expert_ffn_size, moe.expert_ffn_size)
+    if rest:
+        notes.drop(
+            f"shared experts of width {moe.shared_expert_ffn_size}: {trainer} counts shared "
+            f"experts of the routed width {moe.expert_ffn_size}"
+        )
+    return max(count, 1)
+
+
 def needs_1d(view: PlanView, target: str, trainer: str) -> None:
     """Refuse a 2D plan for a trainer whose tensor parallelism is 1D."""
     if not view.is_1d:

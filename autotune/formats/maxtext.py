@@ -64,6 +64,7 @@ from autotune.formats.export import (
     commented,
     finish,
     header_lines,
+    shared_expert_count,
 )
 from autotune.formats.plan_view import PlanView
 from autotune.specs.model import FfnKind
@@ -299,13 +300,7 @@ def _experts(view: PlanView, out: dict[str, object], notes: Notes) -> dict[str, 
     if moe.layer_frequency > 1:
         res["interleave_moe_layer_step"] = moe.layer_frequency
     if moe.shared_expert_ffn_size:
-        count, rest = divmod(moe.shared_expert_ffn_size, moe.expert_ffn_size)
-        if rest:
-            notes.drop(
-                f"shared experts of width {moe.shared_expert_ffn_size}: MaxText counts shared "
-                f"experts of the routed width {moe.expert_ffn_size}"
-            )
-        res["shared_experts"] = max(count, 1)
+        res["shared_experts"] = shared_expert_count(view, "MaxText", notes)
     if moe.router.value == "sigmoid":
         res["routed_score_func"] = "sigmoid"
     if moe.node_limit is not None and moe.expert_groups is not None:

@@ -64,6 +64,7 @@ from autotune.formats.export import (
     finish,
     header_lines,
     needs_1d,
+    shared_expert_count,
 )
 from autotune.formats.plan_view import PlanView
 from autotune.specs.model import FfnKind, PositionEncoding
@@ -147,13 +148,7 @@ def _experts(
         }
     )
     if moe.shared_expert_ffn_size:
-        count, rest = divmod(moe.shared_expert_ffn_size, moe.expert_ffn_size)
-        if rest:
-            notes.drop(
-                f"shared experts of width {moe.shared_expert_ffn_size}: MindFormers counts "
-                f"shared experts of the routed width {moe.expert_ffn_size}"
-            )
-        model["n_shared_experts"] = max(count, 1)
+        model["n_shared_experts"] = shared_expert_count(view, "MindFormers", notes)
     if moe.first_dense_layers:
         model["first_k_dense_replace"] = moe.first_dense_layers
     if moe.layer_frequency > 1:
