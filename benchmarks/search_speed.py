@@ -187,6 +187,7 @@ def main() -> None:
             f"{r['peak_rss_gib']:7.2f}GiB "
             f"{r['candidates']:6d} {r['priced']:6d} {r['balanced']:4d}  "
             f"TP {c['rows']}x{c['cols']} CP {c.get('cp', 1)} PP {c['pp']} DP {c['dp']} "
+            f"EP {c.get('ep', 1)} "
             f"mbs {c['mbs']} v {c['v']} "
             f"{r['recompute']} ZeRO {c['zero']}: {r['step_s']:.2f} s"
             + ("" if r["proved"] else " (best not proved within the solve budget)")
