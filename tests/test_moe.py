@@ -442,3 +442,24 @@ def test_cli_an_impossible_expert_layout_exits_2(tmp_path: Path) -> None:
         run_cli("plan", str(path)),
         "training.expert_parallel: got 2; the model 'mini-moe' has no routed experts",
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", ["mixtral-8x7b-h100", "deepseek-v3-h100"])
+def test_moe_examples_choose_expert_parallelism_and_verify(
+    example_plans: dict[str, Path], example: str
+) -> None:
+    """The bundled MoE examples (every degree searched) choose expert
+    parallelism above 1, and `meshtune verify` runs their planned dense
+    GEMMs on the mesh emulator."""
+    import json
+
+    from clirun import run_cli
+
+    doc = json.loads(example_plans[example].read_text())
+    assert doc["configuration"]["expert_parallel"] > 1
+    axes = {a["axis"] for a in doc["layout"]["axes"]}
+    assert {"expert", "expert_data"} <= axes
+    run = run_cli("verify", str(example_plans[example]))
+    assert run.exit_code == 0, run.stderr
+    assert "GEMMs match" in run.stdout
