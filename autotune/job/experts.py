@@ -38,12 +38,11 @@ collectives left out), with its weights and activations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from autotune.hardware.layout import AxisLayout
-from autotune.hardware.placement import ResourceKind
 from autotune.job.hardware import HardwareView
 from autotune.specs.job import TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec
@@ -134,8 +133,7 @@ def imbalance_of(model: ModelSpec, mean_copies_per_rank: float, ep: int) -> floa
 
 def _scale_out_nodes(axis: AxisLayout, chips_per_node: int | None) -> int:
     """Nodes an expert-parallel group spans (1 inside one node or slice)."""
-    crosses = any(lv.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN) for lv in axis.levels)
-    if not crosses:
+    if not axis.spans_nodes:
         return 1
     if chips_per_node is None:
         return axis.size
@@ -208,20 +206,13 @@ def expert_figures(
     shard = extra / tp
     first = (2 if gated else 1) * shard
     tokens = float(mbs * (training.sequence_length // cp))  # every token, a 1 / t shard
-    dense_f = float(fc_gemm.gemm_s(tokens, first, h) + fc_gemm.gemm_s(tokens, h, shard))
-    dense_b = float(
-        fc_gemm.gemm_s(tokens, h, first)
-        + fc_gemm.gemm_s(h, first, tokens)
-        + fc_gemm.gemm_s(tokens, shard, h)
-        + fc_gemm.gemm_s(shard, h, tokens)
-    )
+    # the extra FFN is one expert's worth of GEMMs over every token
+    dense_f, dense_b = grouped_gemm_s(fc_gemm, tokens, h, shard, gated, 1)
     dense_kept = tokens * e * (first + shard)
-    return ExpertFigures(
-        **{
-            **out.__dict__,
-            "dense_forward_s": dense_f,
-            "dense_backward_s": dense_b,
-            "dense_params": f * h * shard,
-            "dense_activation_bytes": (dense_kept, dense_kept, 0.0),
-        }
+    return replace(
+        out,
+        dense_forward_s=dense_f,
+        dense_backward_s=dense_b,
+        dense_params=f * h * shard,
+        dense_activation_bytes=(dense_kept, dense_kept, 0.0),
     )

@@ -170,7 +170,10 @@ class ModelSpec(Spec):
         description="Key/value heads (GQA); omitted means num_heads (MHA). Range: 1 to 2^24.",
     )
     ffn_size: int = Field(
-        gt=0, le=MAX_DIM, description="Feed-forward inner width. Range: 1 to 2^24."
+        gt=0,
+        le=MAX_DIM,
+        description="Feed-forward inner width (a mixture of experts: its dense blocks'). "
+        "Range: 1 to 2^24.",
     )
     ffn_kind: FfnKind = Field(
         default=FfnKind.GELU,
