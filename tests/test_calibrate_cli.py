@@ -270,3 +270,66 @@ def test_report_names_the_resource_it_writes_not_row_and_col(tmp_path: Path) -> 
     assert "all_reduce.scale_outregimes" in text
     assert "all_reduce.row" not in text and "all_reduce.col" not in text
     assert "1=all_reduce.scale_out" in text and "2=" not in text
+
+
+def test_grouped_gemm_and_all_to_all_rows_calibrate(tmp_path: Path) -> None:
+    """grouped_gemm rows (with the optional groups column) join the GEMM
+    fit; all_to_all collective rows are written as their own entry, which
+    the expert all-to-all is priced with."""
+    from cost_models import ComputeModel
+
+    truth = ComputeModel(7e14, 1.0, 0.0, 0.0, 0.0, hbm_bytes_per_s=3.35e12)
+    lines = ["kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds,groups"]
+    for m in (512, 2048, 8192):
+        for n in (1024, 4096):
+            for k in (1024, 4096):
+                lines.append(f"gemm,,,,,{m},{n},{k},bf16,{float(truth.gemm_s(m, n, k)):.6g},")
+    for g in (8, 32):
+        t = float(truth.gemm_s(256, 2048, 1024, g))
+        lines.append(f"grouped_gemm,,,,,256,2048,1024,bf16,{t:.6g},{g}")
+    for shard in (2**16, 2**18, 2**20, 2**22, 2**24, 2**26):
+        t = 20e-6 + 7 * (2e-6 + shard / 150e9)
+        lines.append(f"collective,all_to_all,row,8,{shard},,,,,{t:.6g},")
+        lines.append(f"collective,all_gather,row,8,{shard},,,,,{20e-6 + 7 * shard / 300e9:.6g},")
+    bench = tmp_path / "bench.csv"
+    bench.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "cal.json"
+    result = CliRunner().invoke(
+        main, ["calibrate", str(bench), "--out", str(out), "--chip", "h100-sxm"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "(2 grouped)" in result.output
+    cal = json.loads(out.read_text())
+    (a2a,) = cal["collectives"]["all_to_all"].values()
+    (ag,) = cal["collectives"]["all_gather"].values()
+    assert a2a["link_bytes_per_s"] == pytest.approx(150e9, rel=0.02)
+    assert ag["link_bytes_per_s"] == pytest.approx(300e9, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (
+            "grouped_gemm,,,,,256,2048,1024,bf16,0.001,",
+            "bench.csv:2: groups: is required in a grouped_gemm row; fix: add a groups column "
+            "after seconds with the number of groups (experts) the kernel ran",
+        ),
+        (
+            "gemm,,,,,256,2048,1024,bf16,0.001,4",
+            "bench.csv:2: groups: got '4'; must be empty in a gemm row; fix: leave groups empty",
+        ),
+        (
+            "grouped_gemm,,,,,256,2048,1024,bf16,0.001,0",
+            "bench.csv:2: groups: got '0'; must be from 1 to 281474976710656; fix: write groups "
+            "as a whole number from 1 to 281474976710656",
+        ),
+    ],
+)
+def test_bad_grouped_gemm_rows_exit_2(tmp_path: Path, row: str, expected: str) -> None:
+    bench = tmp_path / "bench.csv"
+    bench.write_text("kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds,groups\n" + row + "\n")
+    out = tmp_path / "cal.json"
+    result = CliRunner().invoke(main, ["calibrate", str(bench), "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.output.strip().endswith(expected), result.output
+    assert not out.exists()

@@ -226,3 +226,54 @@ def test_gemm_single_size_dimension_is_absorbed():
     assert fit.halves[0] == 0.0 and fit.halves[2] == 0.0
     assert fit.halves[1] == pytest.approx(64.0, rel=1e-3)
     assert "one size of m, k" in fit.note
+
+
+def _grouped_table() -> list[GemmSample]:
+    """GEMMs and grouped GEMMs timed by a known tile model (132 cores, a
+    4 us launch, 64-element k overhead, 800 TFLOP/s): the grouped rows'
+    tiles share the waves of one kernel."""
+    from cost_models import ComputeModel
+    from cost_models.compute import TileModel
+
+    truth = ComputeModel(
+        8e14,
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+        hbm_bytes_per_s=3.35e12,
+        tile=TileModel(num_cores=132, launch_s=4e-6, k_overhead=64.0),
+    )
+    rows, line = [], 2
+    for m in (256, 1024, 4096):
+        for n in (512, 2048, 8192):
+            for k in (512, 2048, 8192):
+                rows.append(GemmSample(m, n, k, "bf16", float(truth.gemm_s(m, n, k)), "t", line))
+                line += 1
+    for groups in (4, 16, 64):
+        for m in (64, 384, 2048):
+            for n, k in ((1536, 2048), (2048, 768)):
+                t = float(truth.gemm_s(m, n, k, groups))
+                rows.append(GemmSample(m, n, k, "bf16", t, "t", line, groups))
+                line += 1
+    return rows
+
+
+def test_grouped_gemm_rows_are_fitted_as_one_kernel_of_groups():
+    """A grouped GEMM row is `groups` GEMMs in one kernel: the fit counts
+    their FLOPs and lets their tiles share waves, so held-out grouped rows
+    are predicted from the others; read as single GEMMs they would be off
+    by up to the group count."""
+    rows = _grouped_table()
+    grouped = [s for s in rows if s.groups > 1]
+    assert grouped[0].flops == 2.0 * 64 * 1536 * 2048 * 4
+    assert grouped[0].label == "gemm 64x1536x2048 x4 groups bf16"
+    held = grouped[::3]
+    train = [s for s in rows if s not in held]
+    fit = fit_gemm(train, peak_flops_per_s=9.89e14, hbm_bytes_per_s=3.35e12, num_cores=132)
+    assert fit.kind == "tiles"
+    model = fit.model()
+    errors = [abs(float(model.gemm_s(s.m, s.n, s.k, s.groups)) / s.seconds - 1.0) for s in held]
+    assert max(errors) < 0.05
+    single = [abs(float(model.gemm_s(s.m, s.n, s.k)) / s.seconds - 1.0) for s in held]
+    assert max(single) > 0.5

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planning import transformers_and_torch
+from planning import pinned, transformers_and_torch
 from pydantic import ValidationError
 
 from autotune.hf_config import parameter_count
@@ -15,6 +15,8 @@ from autotune.loading import load_model_spec
 from autotune.plan.layers import block_fc_layers, qkv_out_features
 from autotune.specs.model import ModelSpec
 from autotune.specs.model_params import block_params, mla_projection_params, mtp_params
+
+REPO = Path(__file__).resolve().parents[1]
 
 # Published dimensions (each model's hub config.json) given to the
 # transformers config class of its family; the class writes the file.
@@ -463,3 +465,74 @@ def test_moe_examples_choose_expert_parallelism_and_verify(
     run = run_cli("verify", str(example_plans[example]))
     assert run.exit_code == 0, run.stderr
     assert "GEMMs match" in run.stdout
+
+
+def test_expert_all_to_all_uses_the_calibrations_all_to_all_entry(tmp_path: Path) -> None:
+    """With an all_to_all entry for a resource (calibrate from alltoall_perf
+    logs), the expert all-to-all is priced on it; without one, on the
+    resource's all-gather link (level_entry). The plan lists expert GEMMs
+    and all-to-all pieces beyond the calibration's measured range."""
+    import json
+
+    from planning import write_plan
+
+    from autotune.job.hardware import hardware_view
+    from autotune.job.plan import make_plan
+    from autotune.loading import load_plan_input
+    from cost_models import MeshShape, ring_collective_s
+
+    doc = json.loads((REPO / "calibration_data" / "h100_measured.json").read_text())
+    switched = dict(doc["collectives"]["all_gather"]["switched"])
+    switched["link_bytes_per_s"] /= 4
+    switched["regimes"] = None
+    switched["fit"] = {
+        "num_points": 8,
+        "ring_sizes": [8],
+        "shard_bytes_min": 2.0**30,
+        "shard_bytes_max": 2.0**31,
+    }
+    doc["collectives"]["all_to_all"] = {"switched": switched}
+    doc["name"] = "h100-with-all-to-all"
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(doc))
+    training = pinned(
+        {
+            "global_batch_sequences": 16,
+            "sequence_length": 1024,
+            "tensor_parallel": 1,
+            "data_parallel": 8,
+            "expert_parallel": 8,
+        }
+    )
+    with_entry = hardware_view(
+        load_plan_input(write_plan(tmp_path, MINI_MOE, training, "h100-hgx", calibration=str(cal)))
+    )
+    without = hardware_view(
+        load_plan_input(
+            write_plan(
+                tmp_path, MINI_MOE, training, "h100-hgx", name="b.yaml", calibration="h100-measured"
+            )
+        )
+    )
+    (ep8, _) = with_entry.expert_axes(MeshShape(1, 1), 8, 1, 1, 8)
+    b = 16 * 2.0**20
+    link = with_entry.level_link(ep8.levels[0], "all_to_all")
+    assert link.link_bytes_per_s == pytest.approx(
+        without.level_link(ep8.levels[0], "all_gather").link_bytes_per_s / 4
+    )
+    assert float(with_entry.hierarchical_all_to_all_s(ep8, b)) == pytest.approx(
+        float(ring_collective_s(link, 8, b / 8))
+    )
+    plan = make_plan(
+        load_plan_input(
+            write_plan(
+                tmp_path, MINI_MOE, training, "h100-hgx", name="c.yaml", calibration=str(cal)
+            )
+        )
+    )
+    used = {x.used_by for x in plan.extrapolations}
+    assert "expert all-to-all" in used  # pieces far below the 1 GiB it measured
+    assert plan.experts is not None
+    sent = plan.experts.all_to_all_bytes
+    assert sent == pytest.approx(16 // 8 * 1024 * 2 * 1024 * 2 * plan.experts.imbalance)
+    assert plan.experts.expert_gemm_dims[0] == (plan.experts.rows_per_expert, 2 * 2048, 1024)

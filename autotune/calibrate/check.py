@@ -132,14 +132,17 @@ def check(
                 )
                 continue
             largest = link.fit.shard_bytes_max if link.fit is not None else None
-            scale = 1.0
+            scale, ring, piece = 1.0, s.ring_size, s.shard_bytes
             if links == "ring":
                 scale = float(s.ring_size - 1)
+            elif links == "rails" and parsed.num_hosts and s.op.value == "all_to_all":
+                # as the planner prices it: H - 1 pieces of S / H on one rail
+                # per chip (coverage.all_to_all_rail_links)
+                ring = parsed.num_hosts
+                piece = s.shard_bytes * rails_per_host(s.ring_size, parsed.num_hosts)
             elif links == "rails" and parsed.num_hosts:
                 scale = rails_per_host(s.ring_size, parsed.num_hosts)
-            predicted = float(
-                ring_collective_s(link_params(link, scale), s.ring_size, s.shard_bytes)
-            )
+            predicted = float(ring_collective_s(link_params(link, scale), ring, piece))
             rows.append(
                 CheckRow(
                     s.file,

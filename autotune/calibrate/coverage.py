@@ -157,11 +157,41 @@ def rails_per_host(ranks: int, num_hosts: int) -> int:
     return 1
 
 
+def all_to_all_rail_links(ranks: int, num_hosts: int) -> float:
+    """Unit links (NIC rails) an all-to-all log of `ranks` on `num_hosts`
+    hosts spans, as meshtune fits it: `H (P - 1) / ((H - 1) P)`.
+
+    Derivation: the fit reads a log as `P - 1` pieces of `S / P` per rank
+    (`S` nccl-tests' size), so `t = (P - 1) S / (P bw_fit)`; of a rank's
+    `S` bytes, the `(P - P / H) / P = (H - 1) / H` bound for other hosts
+    leave on its own NIC rail, all peers at once, so one rail runs at
+    `(H - 1) S / (H t) = bw_fit (H - 1) P / (H (P - 1))`. The planner
+    prices the expert axis's scale-out level as `H - 1` pieces of `S / H`
+    on one rail per chip (job/hardware.py hierarchical_all_to_all_s), which
+    gives the log's time back (its intra-node part, a few percent, on
+    top)."""
+    h, p = num_hosts, ranks
+    return h * (p - 1) / ((h - 1) * p)
+
+
+def all_to_all_piece_scale(fit, key: str | None) -> float:
+    """How much larger the planner's scale-out piece is than the log's for
+    an all-to-all across hosts: the fit's piece is `S / P`, the planner's
+    scale-out level sends `H - 1` pieces of `S / H` (`P / H` times larger;
+    all_to_all_rail_links), so regime bounds and the measured range are
+    written in its pieces. 1 for everything else. `fit` a
+    fit_comm.CommFit."""
+    if fit.op.value != "all_to_all" or key != "scale_out" or not fit.num_hosts:
+        return 1.0
+    return float(rails_per_host(max(fit.ring_sizes), fit.num_hosts))
+
+
 def resource_key(
     resource: str | None,
     chip: ChipSpec | None,
     ring_sizes: Sequence[int],
     num_hosts: int | None = None,
+    op: str = "all_gather",
 ) -> tuple[str | None, float, str]:
     """The calibration key a log's fit is written under, the number of unit
     links its fitted bandwidth spans (the key holds one unit link), and why.
@@ -177,10 +207,21 @@ def resource_key(
     chip's node: `switched` (the per-chip egress into NVSwitch, one unit)
     or `fully_connected` (a ring of P chips on an xGMI board drives its P -
     1 direct links at once, so one link carries 1/(P - 1) of the fitted
-    rate; placement gives an axis of k chips k - 1 links back). Unknown chip
-    or hosts: no key (None), the fit stays on the mesh axes."""
+    rate; placement gives an axis of k chips k - 1 links back). An
+    all-to-all across hosts spans :func:`all_to_all_rail_links` rails
+    instead (every rank sends to every other at once, on its own rail).
+    Unknown chip or hosts: no key (None), the fit stays on the mesh axes."""
     if resource == "scale_out":
         ranks = max(ring_sizes)
+        if op == "all_to_all" and num_hosts and num_hosts > 1:
+            links = all_to_all_rail_links(ranks, num_hosts)
+            return (
+                "scale_out",
+                links,
+                f"several hosts: {ranks} ranks on {num_hosts} hosts each send "
+                f"{num_hosts - 1}/{num_hosts} of their bytes off-host on their own NIC rail "
+                f"(fitted rate / {links:.3g} = one rail per chip)",
+            )
         rails = rails_per_host(ranks, num_hosts) if num_hosts else 1
         if rails > 1:
             return (

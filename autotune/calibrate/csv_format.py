@@ -6,8 +6,14 @@ m, n, k empty; `gemm` rows fill m, n, k and leave op, axis, ring_size,
 shard_bytes empty; `overlap` rows fill both (a GEMM timed while the
 collective runs beside it; seconds is the time of the pair); `attention`
 rows time one fused attention forward: op `causal` or `full`, m the
-sequence length, n batch x query heads, k the head dimension; dtype is
-bf16, fp16, fp32 or fp8; seconds > 0.
+sequence length, n batch x query heads, k the head dimension;
+`grouped_gemm` rows time one grouped GEMM (a mixture of experts' experts
+in one kernel): m the tokens of each group, n, k as a gemm row, and the
+optional `groups` column (after `seconds`) the number of groups, empty in
+every other kind of row; dtype is bf16, fp16, fp32 or fp8; seconds > 0.
+Collective rows with op `all_to_all` time an all-to-all in which every
+chip sends `shard_bytes` to each of the ring's chips (nccl-tests'
+`alltoall_perf` size divided by the ranks).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from autotune.specs.base import MAX_BYTES, MAX_CHIPS, MAX_SECONDS
 from cost_models import Axis, CollectiveOp
 
 CSV_COLUMNS = ("kind", "op", "axis", "ring_size", "shard_bytes", "m", "n", "k", "dtype", "seconds")
+#: columns a CSV may add after CSV_COLUMNS (grouped_gemm rows need `groups`)
+OPTIONAL_COLUMNS = ("groups",)
+KINDS = ("collective", "gemm", "grouped_gemm", "overlap", "attention")
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 OPS = tuple(op.value for op in CollectiveOp)
 _COLLECTIVE_ONLY = ("op", "axis", "ring_size", "shard_bytes")
@@ -215,13 +224,14 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
             line=header_line,
             fix=f"use the header {','.join(CSV_COLUMNS)}",
         )
-    extra = [c for c in header if c not in CSV_COLUMNS]
+    extra = [c for c in header if c not in CSV_COLUMNS + OPTIONAL_COLUMNS]
     if extra:
         raise InputError(
             f"the header has unknown column {extra[0]!r}",
             file=path,
             line=header_line,
-            fix=f"use the header {','.join(CSV_COLUMNS)}",
+            fix=f"use the header {','.join(CSV_COLUMNS)} (and optionally "
+            f"{', '.join(OPTIONAL_COLUMNS)})",
         )
 
     collectives: list[CollectiveSample] = []
@@ -241,6 +251,19 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                 fix="write one value (or nothing) per column",
             )
         row = {name: cell.strip() for name, cell in zip(header, cells, strict=True)}
+        row.setdefault("groups", "")
+        kind = row["kind"].lower()
+        if kind not in KINDS:
+            raise InputError(
+                "is not a row kind",
+                file=path,
+                line=line,
+                field="kind",
+                value=row["kind"],
+                fix=f"use {', '.join(KINDS[:-1])} or {KINDS[-1]}",
+            )
+        if kind != "grouped_gemm":
+            _require_empty(row, ("groups",), kind, path, line)
         seconds = _positive_float(
             row["seconds"],
             file=path,
@@ -260,7 +283,6 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                 value=row["dtype"],
                 fix=f"use one of {', '.join(DTYPES)}",
             )
-        kind = row["kind"].lower()
         if kind == "collective":
             _require_empty(row, _GEMM_ONLY, "collective", path, line)
             op, axis, ring, shard = _collective_fields(row, path, line)
@@ -269,6 +291,22 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
             _require_empty(row, _COLLECTIVE_ONLY, "gemm", path, line)
             m, n, k = _gemm_fields(row, dtype, path, line)
             gemms.append(GemmSample(m, n, k, dtype, seconds, path, line))
+        elif kind == "grouped_gemm":
+            _require_empty(row, _COLLECTIVE_ONLY, "grouped_gemm", path, line)
+            m, n, k = _gemm_fields(row, dtype, path, line)
+            if not row["groups"]:
+                raise InputError(
+                    "is required in a grouped_gemm row",
+                    file=path,
+                    line=line,
+                    field="groups",
+                    fix="add a groups column after seconds with the number of groups "
+                    "(experts) the kernel ran",
+                )
+            groups = _positive_int(
+                row["groups"], file=path, line=line, field="groups", high=MAX_GEMM_DIM
+            )
+            gemms.append(GemmSample(m, n, k, dtype, seconds, path, line, groups))
         elif kind == "overlap":
             op, axis, ring, shard = _collective_fields(row, path, line)
             m, n, k = _gemm_fields(row, dtype, path, line)
@@ -297,15 +335,6 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
             attentions.append(
                 AttentionSample(m, n, k, mask == "causal", dtype, seconds, path, line)
             )
-        else:
-            raise InputError(
-                "is not a row kind",
-                file=path,
-                line=line,
-                field="kind",
-                value=row["kind"],
-                fix="use collective, gemm, overlap or attention",
-            )
     if not collectives and not gemms and not overlaps and not attentions:
         raise InputError(
             "has a header but no measurement rows",
@@ -319,6 +348,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
         collectives=tuple(collectives),
         gemms=tuple(gemms),
         description=f"{len(collectives)} collective and {len(gemms)} gemm rows"
+        + (f" ({grouped} grouped)" if (grouped := sum(g.groups > 1 for g in gemms)) else "")
         + (f", {len(overlaps)} overlap rows" if overlaps else "")
         + (f", {len(attentions)} attention rows" if attentions else ""),
         overlaps=tuple(overlaps),

@@ -411,19 +411,23 @@ def fit_all(
     resources: dict[str, str | None] | None = None,
     hosts: dict[str, int | None] | None = None,
 ) -> list[CommFit]:
-    """One fit per (operation, mesh axis) present, in a stable order;
-    `resources` maps an input file to what its rings crossed (intra_node,
-    scale_out), `hosts` to how many hosts its ranks ran on. Axes fed the
-    same measurements share one fit."""
-    groups: dict[tuple[CollectiveOp, Axis], list[CollectiveSample]] = {}
+    """One fit per (operation, mesh axis, resource) present, in a stable
+    order; `resources` maps an input file to what its rings crossed
+    (intra_node, scale_out): logs of one operation that measured different
+    resources (one host and several) are fitted apart, each written under
+    its own key. `hosts` maps a file to how many hosts its ranks ran on.
+    Axes fed the same measurements share one fit."""
+    where = resources or {}
+    groups: dict[tuple[CollectiveOp, Axis, str], list[CollectiveSample]] = {}
     for s in samples:
-        groups.setdefault((s.op, s.axis), []).append(s)
+        groups.setdefault((s.op, s.axis, where.get(s.file) or ""), []).append(s)
     order = list(CollectiveOp)
-    keys = sorted(groups, key=lambda k: (order.index(k[0]), k[1].value != "row"))
+    keys = sorted(groups, key=lambda k: (order.index(k[0]), k[2], k[1].value != "row"))
     done: dict[tuple, CommFit] = {}
     fits = []
-    for op, axis in keys:
-        group = groups[(op, axis)]
+    for key in keys:
+        op, axis, _ = key
+        group = groups[key]
         data = (op, tuple((s.ring_size, s.shard_bytes, s.seconds, s.file, s.line) for s in group))
         if data not in done:
             done[data] = fit_collective(group, model, cross_validate=True)

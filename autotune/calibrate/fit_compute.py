@@ -117,10 +117,9 @@ class ComputeFit:
 
 
 def constant_rate_flops_per_s(samples: Sequence[GemmSample]) -> float:
-    """The single-rate baseline: median of `2 m n k / t` over the samples."""
-    dims = np.array([[s.m, s.n, s.k] for s in samples], dtype=float)
-    t = np.array([s.seconds for s in samples])
-    return float(np.median(gemm_flops(dims[:, 0], dims[:, 1], dims[:, 2]) / t))
+    """The single-rate baseline: median of `2 m n k groups / t` over the
+    samples."""
+    return float(np.median([s.flops / s.seconds for s in samples]))
 
 
 def choose_dtype(samples: Sequence[GemmSample]) -> str:
@@ -134,10 +133,10 @@ def _check_below_peak(chosen: Sequence[GemmSample], peak_flops_per_s: float) -> 
     """A measured GEMM faster than the chip's peak is an error in the data
     (seconds, shape or dtype), not a fast GEMM."""
     for s in chosen:
-        rate = float(gemm_flops(s.m, s.n, s.k)) / s.seconds
+        rate = s.flops / s.seconds
         if rate > PEAK_TOLERANCE * peak_flops_per_s:
             raise InputError(
-                f"the gemm {s.m}x{s.n}x{s.k} {s.dtype} runs at {rate / 1e12:.0f} TFLOP/s, "
+                f"the {s.label} runs at {rate / 1e12:.0f} TFLOP/s, "
                 f"above the chip's {s.dtype} peak {peak_flops_per_s / 1e12:.0f} TFLOP/s, "
                 "so the fit is rejected",
                 file=s.file,
@@ -167,9 +166,8 @@ def _cv_errors(
         model = fit.model()
         for i in held:
             s = chosen[i]
-            curve.append(abs(float(model.gemm_s(s.m, s.n, s.k)) / s.seconds - 1.0))
-            flops = float(gemm_flops(s.m, s.n, s.k))
-            constant.append(abs(flops / fit.constant_flops_per_s / s.seconds - 1.0))
+            curve.append(abs(float(model.gemm_s(s.m, s.n, s.k, s.groups)) / s.seconds - 1.0))
+            constant.append(abs(s.flops / fit.constant_flops_per_s / s.seconds - 1.0))
     return tuple(curve), tuple(constant)
 
 
@@ -202,9 +200,10 @@ def fit_tiles(
     |relative error| is kept (module docstring)."""
     dims = np.array([[s.m, s.n, s.k] for s in chosen], dtype=float)
     m, n, k = dims[:, 0], dims[:, 1], dims[:, 2]
+    groups = np.array([s.groups for s in chosen], dtype=float)
     log_t = np.log(np.array([s.seconds for s in chosen]))
     memory = (
-        gemm_hbm_bytes(m, n, k, element_bytes) / hbm_bytes_per_s
+        groups * gemm_hbm_bytes(m, n, k, element_bytes) / hbm_bytes_per_s
         if hbm_bytes_per_s
         else np.zeros_like(m)
     )
@@ -213,7 +212,7 @@ def fit_tiles(
     best: tuple[float, TileModel, float, np.ndarray] | None = None
     for k_overhead in K_OVERHEAD_GRID:
         for reuse in REUSE_PENALTY_GRID:
-            work = tiled_gemm_work(m, n, k, num_cores, DEFAULT_TILES, k_overhead, reuse)
+            work = tiled_gemm_work(m, n, k, num_cores, DEFAULT_TILES, k_overhead, reuse, groups)
 
             def predict(z: np.ndarray, work: np.ndarray = work) -> np.ndarray:
                 return z[0] * fastest + np.maximum(work / np.exp(z[1]), memory)
@@ -345,15 +344,16 @@ def _fit_curve(
     """The efficiency curve fitted to `chosen` (one dtype), bounded by the
     roofline when the peak is given (module docstring)."""
     dims = np.array([[s.m, s.n, s.k] for s in chosen], dtype=float)
+    groups = np.array([s.groups for s in chosen], dtype=float)
     t = np.array([s.seconds for s in chosen])
-    log_flops = np.log(gemm_flops(dims[:, 0], dims[:, 1], dims[:, 2]))
+    log_flops = np.log(groups * gemm_flops(dims[:, 0], dims[:, 1], dims[:, 2]))
     free = [len(np.unique(dims[:, j])) > 1 for j in range(3)]
     # halves are fitted in units of each dimension's median so all parameters are O(1)
     unit = np.median(dims, axis=0)
     rate0 = constant_rate_flops_per_s(chosen)
     log_roof = None
     if peak_flops_per_s is not None:
-        roof = roofline_gemm_s(
+        roof = groups * roofline_gemm_s(
             dims[:, 0], dims[:, 1], dims[:, 2], peak_flops_per_s, hbm_bytes_per_s, _bytes(dtype)
         )
         log_roof = np.log(roof)

@@ -111,15 +111,18 @@ def _cross_validation(fit: CommFit) -> CrossValidation | None:
     )
 
 
-def _link_spec(fit: CommFit, unit_links: float = 1.0) -> LinkSpec:
+def _link_spec(fit: CommFit, unit_links: float = 1.0, piece_scale: float = 1.0) -> LinkSpec:
     """The fit as a calibration entry; `unit_links` divides every bandwidth
-    (a resource key holds one unit link, see coverage.resource_key)."""
+    (a resource key holds one unit link, see coverage.resource_key) and
+    `piece_scale` multiplies every piece size (regime bounds, the measured
+    range) where the planner prices the resource with larger pieces than
+    the log's (an all-to-all across hosts: coverage.all_to_all_piece_scale)."""
     assert fit.link_bytes_per_s is not None
     regimes = None
     if fit.regimes:
         regimes = [
             RegimeSpec(
-                max_shard_bytes=None if math.isinf(bound) else bound,
+                max_shard_bytes=None if math.isinf(bound) else bound * piece_scale,
                 launch_s=launch,
                 sync_s=sync,
                 link_bytes_per_s=bw / unit_links,
@@ -150,14 +153,18 @@ def _link_spec(fit: CommFit, unit_links: float = 1.0) -> LinkSpec:
             combined_latency_s=fit.combined_latency_s,
             combined_latency_s_stderr=fit.combined_latency_stderr_s,
             model=fit.model,
-            shard_bytes_min=fit.shard_bytes_range[0],
-            shard_bytes_max=fit.shard_bytes_range[1],
+            shard_bytes_min=_scaled(fit.shard_bytes_range[0], piece_scale),
+            shard_bytes_max=_scaled(fit.shard_bytes_range[1], piece_scale),
             extrapolation=fit.extrapolation,
             resource=fit.resource,
             cross_validation=_cross_validation(fit),
             outliers=[f"{f}:{line} ({err:+.0%})" for f, line, err in fit.outliers],
         ),
     )
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value * scale
 
 
 def _out_of_range(exc: ValidationError) -> str:
@@ -279,7 +286,12 @@ def build_result(
     from them, then (only for what is still missing) the base calibration's
     entries, then the chip preset's compute rate; every entry not fitted is
     listed and warned about."""
-    from autotune.calibrate.coverage import derive_links, preset_compute_rate, resource_key
+    from autotune.calibrate.coverage import (
+        all_to_all_piece_scale,
+        derive_links,
+        preset_compute_rate,
+        resource_key,
+    )
 
     warnings: list[str] = []
     collectives: dict[str, dict[str, LinkSpec]] = {}
@@ -287,7 +299,9 @@ def build_result(
     fit_keys: list[str | None] = []
     seen_keys: set[tuple[str, str]] = set()
     for fit in comm_fits:
-        key, unit_links, why = resource_key(fit.resource, chip, fit.ring_sizes, fit.num_hosts)
+        key, unit_links, why = resource_key(
+            fit.resource, chip, fit.ring_sizes, fit.num_hosts, fit.op.value
+        )
         if by_axis and key is not None:
             # the user named the mesh axis: keep the entry as that axis measured it
             why = f"keyed by mesh axis (--axis); the log measured {why.split(': ')[0]}"
@@ -307,7 +321,7 @@ def build_result(
         if key in collectives.get(fit.op.value, {}):
             continue  # both mesh axes were fed the same log: one resource entry
         try:
-            link = _link_spec(fit, unit_links)
+            link = _link_spec(fit, unit_links, all_to_all_piece_scale(fit, key))
         except ValidationError as exc:  # a fitted value outside its plausible range
             warnings.append(f"{pair}: not written: {_out_of_range(exc)}")
             continue

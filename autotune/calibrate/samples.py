@@ -24,7 +24,9 @@ class CollectiveSample:
 
 @dataclass(frozen=True)
 class GemmSample:
-    """One timed local GEMM `m x k` by `k x n` in `dtype`."""
+    """One timed local GEMM `m x k` by `k x n` in `dtype`, or `groups` of
+    that shape in one grouped kernel (a mixture of experts' experts, `m`
+    tokens each: a `grouped_gemm` row)."""
 
     m: int
     n: int
@@ -33,6 +35,18 @@ class GemmSample:
     seconds: float
     file: str
     line: int
+    groups: int = 1
+
+    @property
+    def flops(self) -> float:
+        """`2 m n k groups` FLOPs."""
+        return 2.0 * self.m * self.n * self.k * self.groups
+
+    @property
+    def label(self) -> str:
+        """How reports name the row: `gemm MxNxK dtype` (`xG groups`)."""
+        grouped = f" x{self.groups} groups" if self.groups > 1 else ""
+        return f"gemm {self.m}x{self.n}x{self.k}{grouped} {self.dtype}"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ reported and excluded instead of being fitted.
 The rules need no model, only that more work never takes much less time:
 a collective's time does not decrease when its ring or its per-chip piece
 grows (every term of `launch + (P-1)*(sync + shard/bw)` grows with both),
-and a GEMM's time does not decrease when m, n or k grows. Two rows of one
+and a GEMM's time does not decrease when m, n, k or its group count grows. Two rows of one
 group violate that when one does at least as much work in every coordinate
 yet is more than INCONSISTENCY_FACTOR times faster. Noise and the busy-
 machine outliers a robust fit handles stay well inside that factor; one
@@ -127,7 +127,7 @@ def screen_gemms(samples: Sequence[GemmSample]) -> tuple[list[GemmSample], list[
     return _screen(
         samples,
         lambda s: (s.dtype,),
-        lambda s: (float(s.m), float(s.n), float(s.k)),
-        lambda s: 2.0 * s.m * s.n * s.k / s.seconds,
-        lambda s: f"gemm {s.m}x{s.n}x{s.k} {s.dtype}",
+        lambda s: (float(s.m), float(s.n), float(s.k), float(s.groups)),
+        lambda s: s.flops / s.seconds,
+        lambda s: s.label,
     )

@@ -80,6 +80,12 @@ class ExpertFigures:
     buffer_bytes: float
     imbalance: float
     rows_per_expert: float
+    #: bytes one chip sends in one dispatch all-to-all (the busiest rank's)
+    #: and the share of them that crosses nodes (node-limited routing)
+    all_to_all_bytes: float = 0.0
+    scale_out_share: float = 1.0
+    #: the grouped GEMMs' (m, n, k) per expert (forward and backward)
+    expert_gemm_dims: tuple[tuple[float, float, float], ...] = ()
     #: a dense block's FFN beyond the planned shared experts
     dense_forward_s: float = 0.0
     dense_backward_s: float = 0.0
@@ -104,17 +110,27 @@ def grouped_gemm_s(
     `rows x h x F` (`f` = 2 gated: gate and up fused), backward each
     layer's data gradient and weight gradient (`2 f rows h F` FLOPs per
     expert forward, twice that backward)."""
+    dims = grouped_gemm_dims(rows, hidden, expert_ffn, gated)
+    forward = sum(float(gemm.gemm_s(m, n, k, experts)) for m, n, k in dims[:2])
+    backward = sum(float(gemm.gemm_s(m, n, k, experts)) for m, n, k in dims[2:])
+    return forward, backward
+
+
+def grouped_gemm_dims(
+    rows: float, hidden: int, expert_ffn: int, gated: bool
+) -> tuple[tuple[float, float, float], ...]:
+    """(m, n, k) of one expert's GEMMs with `rows` tokens: the two forward
+    ones (`rows x fF x h`, `rows x h x F`; `f` = 2 gated), then the
+    backward's data and weight gradients of each (grouped_gemm_s)."""
     first = (2 if gated else 1) * expert_ffn
-    forward = gemm.gemm_s(rows, first, hidden, experts) + gemm.gemm_s(
-        rows, hidden, expert_ffn, experts
+    return (
+        (rows, first, hidden),
+        (rows, hidden, expert_ffn),
+        (rows, hidden, first),
+        (hidden, first, rows),
+        (rows, expert_ffn, hidden),
+        (expert_ffn, hidden, rows),
     )
-    backward = (
-        gemm.gemm_s(rows, hidden, first, experts)
-        + gemm.gemm_s(hidden, first, rows, experts)
-        + gemm.gemm_s(rows, expert_ffn, hidden, experts)
-        + gemm.gemm_s(expert_ffn, hidden, rows, experts)
-    )
-    return float(forward), float(backward)
 
 
 def imbalance_of(model: ModelSpec, mean_copies_per_rank: float, ep: int) -> float:
@@ -173,10 +189,10 @@ def expert_figures(
     router_b = float(hw.gemm.gemm_s(tokens, h, experts) + hw.gemm.gemm_s(h, experts, tokens))
     shuffle = float(permutation_bytes(tokens, k, h, e) + router_bytes(tokens, experts)) / rate
 
-    a2a = 0.0
+    a2a, sent, share = 0.0, 0.0, 1.0
     if ep > 1:
         nodes = _scale_out_nodes(expert_axis, hw.cluster.chips_per_node)
-        share = node_limited_share(k, moe.node_limit, nodes)
+        share = float(node_limited_share(k, moe.node_limit, nodes))
         sent = float(dispatch_bytes_per_chip(tokens, k, h, e)) * imbalance
         a2a = float(hw.hierarchical_all_to_all_s(expert_axis, sent, scale_out_share=share))
     forward = router_f + shuffle + gemm_f + 2.0 * a2a
@@ -199,6 +215,9 @@ def expert_figures(
         buffer_bytes=buffer,
         imbalance=imbalance,
         rows_per_expert=rows,
+        all_to_all_bytes=sent,
+        scale_out_share=share,
+        expert_gemm_dims=grouped_gemm_dims(rows, h, width, gated),
     )
     extra = model.ffn_size - moe.shared_expert_ffn_size
     if extra <= 0 or all(model.moe_layer_flags):

@@ -2,7 +2,8 @@
 local GEMMs it runs (FC layers, the unfused attention core, the output
 layer) against the GEMM sizes the compute fit measured, and the collective
 pieces it sends (FC layers on the tensor mesh, pipeline transfers, the
-data-parallel gradient reduction) against the piece sizes each collective
+data-parallel gradient reduction, a mixture of experts' all-to-all and
+grouped GEMMs) against the piece sizes each collective
 fit measured (job/accuracy.py has the records and the comparison)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from autotune.hardware.layout import AxisLayout, Level, ParallelAxis
 from autotune.hardware.placement import MeshPlacement, ResourceKind
 from autotune.job.accuracy import Extrapolation, collective_extrapolations, gemm_extrapolations
 from autotune.job.block import context_block_bytes
+from autotune.job.experts import ExpertFigures
 from autotune.job.hardware import level_entry
 from autotune.plan.results import PlanResult
 from autotune.specs.calibration import CalibrationSpec
@@ -69,6 +71,7 @@ def plan_extrapolations(
     axes: Iterable[AxisLayout],
     config: dict[str, int | str],
     stage_weights_bytes: Iterable[float],
+    experts: ExpertFigures | None = None,
 ) -> tuple[Extrapolation, ...]:
     """Every collective and GEMM of the chosen configuration priced beyond
     what `calibration` measured (module docstring)."""
@@ -113,6 +116,18 @@ def plan_extrapolations(
         key = _level_key(calibration, "send_recv", context.levels[-1])
         if key is not None:
             _note(used, key[0], key[1], [block, 2 * block], "context-parallel exchange")
+    expert = by_axis.get(ParallelAxis.EXPERT)
+    if experts is not None:
+        shapes["expert GEMMs"] = list(experts.expert_gemm_dims)
+        inner = 1
+        for level in expert.levels if expert is not None and experts.all_to_all_bytes else ():
+            crosses = level.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN)
+            piece = inner * experts.all_to_all_bytes / expert.size
+            piece *= experts.scale_out_share if crosses else 1.0
+            inner *= level.size
+            key = _level_key(calibration, "all_to_all", level)
+            if key is not None and level.size > 1:
+                _note(used, key[0], key[1], [piece], "expert all-to-all")
     data = by_axis.get(ParallelAxis.GRADIENT)
     if data is not None and data.levels:
         grad_e = 4 if training.fp32_gradients else e
@@ -130,7 +145,7 @@ def plan_extrapolations(
     fp8 = training.fp8 is not Fp8Recipe.NONE and calibration.compute_fp8 is not None
     if fp8:
         # the FC layers run on the FP8 GEMM fit; the rest on the dtype's
-        fc = {"FC layers": shapes.pop("FC layers")}
+        fc = {name: shapes.pop(name) for name in ("FC layers", "expert GEMMs") if name in shapes}
         out += gemm_extrapolations(calibration, fc, calibration.compute_fp8)
     out += gemm_extrapolations(calibration, shapes)
     return tuple(out)

@@ -215,8 +215,10 @@ class HardwareView:
             t = sum_l ring_collective_s(link_l, P_l, Q_(l-1) total / P)
 
         the levels one after the other (an upper bound when NCCL runs them
-        at once). Each level's link is its all-gather link (the same wires
-        and per-chip egress). `scale_out_share` scales the bytes on levels
+        at once). Each level's link is the calibration's all-to-all entry for
+        its resource (fitted from nccl-tests `alltoall_perf` logs or
+        `all_to_all` rows), else its all-gather link (the same wires and
+        per-chip egress; level_entry). `scale_out_share` scales the bytes on levels
         that cross nodes or slices (a mixture of experts' node-limited
         routing, cost_models.moe.node_limited_share). Vectorised."""
         total = np.asarray(total_bytes, dtype=float)
@@ -226,7 +228,7 @@ class HardwareView:
             crosses = level.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN)
             piece = inner * total / axis.size * (scale_out_share if crosses else 1.0)
             seconds = seconds + ring_collective_s(
-                self.level_link(level, "all_gather"), level.size, piece
+                self.level_link(level, "all_to_all"), level.size, piece
             )
             inner *= level.size
         return seconds
@@ -258,9 +260,10 @@ def base_training(inp: JobInput) -> TrainingSpec:
 def level_entry(calibration: CalibrationSpec, level: Level, op: str) -> tuple[str, LinkSpec] | None:
     """The (operation, entry) of `calibration` that prices `op` on one
     level of an axis: the level's resource kind under `op`, a send-recv
-    falling back to the all-gather (one ring step); None when it has
+    (one ring step) or an all-to-all (the same wires and per-chip egress,
+    `P - 1` pieces) falling back to the all-gather; None when it has
     neither."""
-    for name in (op, "all_gather") if op == "send_recv" else (op,):
+    for name in (op, "all_gather") if op in ("send_recv", "all_to_all") else (op,):
         entry = calibration.collectives.get(name, {}).get(level.kind.value)
         if entry is not None:
             return name, entry

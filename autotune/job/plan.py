@@ -412,6 +412,7 @@ def make_plan(
             layout.axes,
             config,
             detail.weights_bytes,
+            experts,
         ),
     )
 
