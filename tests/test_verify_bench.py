@@ -25,16 +25,21 @@ def test_csv_is_what_calibrate_reads():
         BenchRow("collective", "fp32", 2.5e-4, op="reduce_scatter", axis="col", ring_size=4,
                  shard_bytes=65536),
         BenchRow("gemm", "fp32", 3.0e-3, m=256, n=128, k=64),
+        BenchRow("collective", "fp32", 3.5e-4, op="all_to_all", axis="col", ring_size=4,
+                 shard_bytes=16384),
+        BenchRow("grouped_gemm", "fp32", 4.0e-3, m=64, n=512, k=256, groups=16),
     ]  # fmt: skip
     text = to_csv(rows, "jax 0 on cpu, 8 devices")
     lines = text.splitlines()
     assert lines[0].startswith("# meshtune bench")
-    assert lines[1] == "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds"
-    assert lines[2] == "collective,all_gather,row,2,4096,,,,fp32,0.00015"
-    assert lines[4] == "gemm,,,,,256,128,64,fp32,0.003"
+    assert lines[1] == "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds,groups"
+    assert lines[2] == "collective,all_gather,row,2,4096,,,,fp32,0.00015,"
+    assert lines[4] == "gemm,,,,,256,128,64,fp32,0.003,"
+    assert lines[6] == "grouped_gemm,,,,,64,512,256,fp32,0.004,16"
     parsed = parse_csv(text, "bench.csv")
     assert parsed.kind == "meshtune-csv"
-    assert (len(parsed.collectives), len(parsed.gemms)) == (2, 1)
+    assert (len(parsed.collectives), len(parsed.gemms)) == (3, 2)
+    assert parsed.collectives[2].op.value == "all_to_all" and parsed.gemms[1].groups == 16
 
 
 def test_overlap_rows_round_trip_and_give_the_slowdown():
@@ -50,7 +55,7 @@ def test_overlap_rows_round_trip_and_give_the_slowdown():
                  shard_bytes=65536, m=64, n=64, k=64),
     ]  # fmt: skip
     text = to_csv(rows, "jax 0 on cpu, 8 devices")
-    assert text.splitlines()[3] == "overlap,all_gather,row,4,65536,256,256,256,fp32,0.0025"
+    assert text.splitlines()[3] == "overlap,all_gather,row,4,65536,256,256,256,fp32,0.0025,"
     parsed = parse_csv(text, "bench.csv")
     assert len(parsed.overlaps) == 3 and parsed.overlaps[0].collective.ring_size == 4
     fit = fit_overlap(parsed.overlaps, parsed.gemms)

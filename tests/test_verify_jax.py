@@ -118,14 +118,17 @@ def test_bench_calibrate_plan_chain(tmp_path):
     proc = _meshtune("bench", "--backend", "jax", "--out", str(csv_path), "--quick")
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in csv_path.read_text().splitlines() if not ln.startswith("#")]
-    assert lines[0] == "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds"
+    assert lines[0] == "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds,groups"
     rows = [ln.split(",") for ln in lines[1:]]
-    # 2x4 and 4x2: rings of 2 and 4 on each axis, both ops, 3 sizes; then the GEMMs
+    # 2x4 and 4x2: rings of 2 and 4 on each axis, three ops, 3 sizes; then the GEMMs
     collectives = {(r[1], r[2], r[3]) for r in rows if r[0] == "collective" and r[1] != "send_recv"}
     assert collectives == {
-        (op, ax, p) for op in ("all_gather", "reduce_scatter") for ax in ("row", "col")
-        for p in ("2", "4")
+        (op, ax, p) for op in ("all_gather", "reduce_scatter", "all_to_all")
+        for ax in ("row", "col") for p in ("2", "4")
     }  # fmt: skip
+    # grouped GEMMs: one ragged_dot of `groups` GEMMs each
+    grouped = {(r[10], r[5]) for r in rows if r[0] == "grouped_gemm"}
+    assert grouped == {("4", "64"), ("16", "16")}
     assert all(float(r[9]) > 0 for r in rows) and any(r[0] == "gemm" for r in rows)
     # send-recv (one hop, ring_size 2) on each axis of the first mesh, and a GEMM timed
     # beside an all-gather on each axis, whose shape has a GEMM-alone row
@@ -144,6 +147,8 @@ def test_bench_calibrate_plan_chain(tmp_path):
     assert res.exit_code == 0, res.output
     cal = json.loads(cal_path.read_text())
     assert "send_recv" in cal["collectives"] and cal["overlap_slowdown"] >= 1.0
+    assert "all_to_all" in cal["collectives"]
+    assert "grouped)" in res.output  # the grouped rows joined the GEMM fit
     assert "overlap_slowdown: not measured" not in res.output
     example = str(REPO / "examples" / "gpt3.yaml")
     res = runner.invoke(

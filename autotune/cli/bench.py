@@ -49,10 +49,11 @@ def _parse_mesh(text: str):
 @click.option("--quick", is_flag=True, help="Fewer sizes and repeats (a smoke run).")
 @guarded
 def bench(backend: str, out: str, meshes: tuple[str, ...], dtype: str, quick: bool) -> None:
-    """Measure all-gather and reduce-scatter along each mesh axis over a sweep
-    of shard sizes, send-recv to the ring neighbour, local GEMMs, and the
-    largest GEMM beside an all-gather (the overlap slowdown), and write
-    meshtune's benchmark CSV for `meshtune calibrate`.
+    """Measure all-gather, reduce-scatter and all-to-all along each mesh
+    axis over a sweep of shard sizes, send-recv to the ring neighbour, local
+    GEMMs, grouped GEMMs (a mixture of experts' experts), and the largest
+    GEMM beside an all-gather (the overlap slowdown), and write meshtune's
+    benchmark CSV for `meshtune calibrate`.
 
     Exit codes: 0 ok, 2 bad input (e.g. JAX missing or too few devices).
     """
@@ -73,6 +74,7 @@ def bench(backend: str, out: str, meshes: tuple[str, ...], dtype: str, quick: bo
         gemms=b.QUICK_GEMMS if quick else b.DEFAULT_GEMMS,
         dtype=dtype,
         repeats=3 if quick else 10,
+        grouped_gemms=b.QUICK_GROUPED_GEMMS if quick else b.DEFAULT_GROUPED_GEMMS,
     )
     rows, platform = b.run_bench(config, progress=lambda msg: click.echo(msg, err=True))
     atomic_write_text(out, b.to_csv(rows, platform))

@@ -3,13 +3,17 @@ GEMMs on a JAX device mesh and write meshtune's benchmark CSV, the input of
 `meshtune calibrate`.
 
 CSV (fixed format, docs/calibrate.md): header
-`kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds`; `collective` rows
-fill op (all_gather | reduce_scatter | send_recv), axis (row | col),
-ring_size and shard_bytes (the per-chip piece: the input piece of an
-all-gather, the output piece of a reduce-scatter, the message of a
-send-recv, which is one hop: ring_size 2) and leave m, n, k empty; `gemm`
-rows fill m, n, k and leave the collective columns empty; `overlap` rows
-fill both (a GEMM timed beside an all-gather); `#` lines are comments.
+`kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds,groups`;
+`collective` rows fill op (all_gather | reduce_scatter | all_to_all |
+send_recv), axis (row | col), ring_size and shard_bytes (the per-chip
+piece: the input piece of an all-gather, the output piece of a
+reduce-scatter, the piece sent to each chip of an all-to-all, the message
+of a send-recv, which is one hop: ring_size 2) and leave m, n, k empty;
+`gemm` rows fill m, n, k and leave the collective columns empty;
+`grouped_gemm` rows add `groups` (that many GEMMs of `m` rows each in one
+grouped kernel, `lax.ragged_dot`, as a mixture of experts runs its
+experts); `overlap` rows fill both (a GEMM timed beside an all-gather);
+`#` lines are comments.
 
 The fit of `launch + (P-1) * (sync + shard/bw)` needs two ring sizes per
 axis, so by default every mesh shape `R x C` of the devices with both sides
@@ -28,7 +32,7 @@ import numpy as np
 from autotune.verify.jax_backend import device_mesh, ensure_devices, import_jax, time_call
 from cost_models import Axis, CollectiveOp, MeshShape
 
-CSV_HEADER = "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds"
+CSV_HEADER = "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds,groups"
 NUMPY_DTYPES = {"fp32": np.float32, "bf16": "bfloat16", "fp16": np.float16}
 
 # Per-chip pieces from 4 KiB to 1 MiB (x4): small enough for CPU hosts,
@@ -45,6 +49,16 @@ DEFAULT_GEMMS = (
     (64, 1024, 1024),
 )
 QUICK_GEMMS = ((128, 128, 128), (256, 256, 256), (256, 256, 32), (32, 256, 256))
+# Grouped GEMMs (groups, rows per group, n, k): one expert layer's shapes at
+# falling tokens per expert, the regime a mixture of experts' grouped GEMMs
+# run in as expert parallelism grows.
+DEFAULT_GROUPED_GEMMS = (
+    (4, 256, 512, 256),
+    (8, 128, 512, 256),
+    (16, 64, 512, 256),
+    (32, 32, 512, 256),
+)
+QUICK_GROUPED_GEMMS = ((4, 64, 256, 128), (16, 16, 256, 128))
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,7 @@ class BenchRow:
     m: int | None = None
     n: int | None = None
     k: int | None = None
+    groups: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,7 @@ class BenchConfig:
     gemms: tuple[tuple[int, int, int], ...]
     dtype: str
     repeats: int
+    grouped_gemms: tuple[tuple[int, int, int, int], ...] = DEFAULT_GROUPED_GEMMS
 
 
 def default_meshes(num_devices: int) -> tuple[MeshShape, ...]:
@@ -96,6 +112,8 @@ def _collective_fn(op: CollectiveOp, axis: Axis, jmesh) -> Callable:
     def kernel(x):
         if op is CollectiveOp.ALL_GATHER:
             return lax.all_gather(x, name, axis=1, tiled=True)
+        if op is CollectiveOp.ALL_TO_ALL:
+            return lax.all_to_all(x, name, split_axis=1, concat_axis=1, tiled=True)
         return lax.psum_scatter(x, name, scatter_dimension=1, tiled=True)
 
     spec = jax.sharding.PartitionSpec("row", "col")
@@ -104,8 +122,8 @@ def _collective_fn(op: CollectiveOp, axis: Axis, jmesh) -> Callable:
 
 
 def bench_collectives(config: BenchConfig, progress: Callable[[str], None]) -> list[BenchRow]:
-    """All-gather and reduce-scatter along each axis of each mesh, per
-    shard size."""
+    """All-gather, reduce-scatter and all-to-all along each axis of each
+    mesh, per shard size."""
     jax = import_jax()
     dtype = np.dtype(NUMPY_DTYPES[config.dtype]) if config.dtype != "bf16" else None
     jnp_dtype = jax.numpy.bfloat16 if config.dtype == "bf16" else dtype
@@ -117,12 +135,18 @@ def bench_collectives(config: BenchConfig, progress: Callable[[str], None]) -> l
             ring = mesh.size(axis)
             if ring < 2:
                 continue
-            for op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
+            for op in (
+                CollectiveOp.ALL_GATHER,
+                CollectiveOp.REDUCE_SCATTER,
+                CollectiveOp.ALL_TO_ALL,
+            ):
                 fn = _collective_fn(op, axis, jmesh)
                 for shard in config.shard_bytes:
                     elems = max(1, shard // itemsize)
-                    # reduce-scatter's input is `ring` output pieces
-                    local = elems * (ring if op is CollectiveOp.REDUCE_SCATTER else 1)
+                    # reduce-scatter's input is `ring` output pieces; an
+                    # all-to-all's is one piece for each chip of the ring
+                    whole = op in (CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_TO_ALL)
+                    local = elems * (ring if whole else 1)
                     host = np.ones((mesh.num_rows, mesh.num_cols * local), dtype=np.float32)
                     x = jax.device_put(
                         host.astype(jnp_dtype),
@@ -284,6 +308,33 @@ def bench_gemms(config: BenchConfig, progress: Callable[[str], None]) -> list[Be
     return rows
 
 
+def bench_grouped_gemms(config: BenchConfig, progress: Callable[[str], None]) -> list[BenchRow]:
+    """Grouped GEMMs on one device: `groups` GEMMs of `m x k` by `k x n`,
+    one weight matrix per group, in one `lax.ragged_dot` call (the grouped
+    GEMM JAX trainers run a mixture of experts' experts with) with equal
+    group sizes."""
+    jax = import_jax()
+    jnp = jax.numpy
+    from jax import lax
+
+    dtype = _jnp_dtype(jax, config.dtype)
+    grouped = jax.jit(lambda a, b, sizes: lax.ragged_dot(a, b, sizes))
+    rows = []
+    for groups, m, n, k in config.grouped_gemms:
+        a = jnp.ones((groups * m, k), dtype=dtype)
+        b = jnp.ones((groups, k, n), dtype=dtype)
+        sizes = jnp.full((groups,), m, dtype=jnp.int32)
+        seconds = time_call(grouped, a, b, sizes, repeats=config.repeats)
+        rows.append(
+            BenchRow(
+                kind="grouped_gemm", m=m, n=n, k=k, groups=groups, dtype=config.dtype,
+                seconds=seconds,
+            )
+        )  # fmt: skip
+    progress(f"grouped gemm: {len(config.grouped_gemms)} shapes")
+    return rows
+
+
 def run_bench(
     config: BenchConfig, progress: Callable[[str], None] = lambda _: None
 ) -> tuple[list[BenchRow], str]:
@@ -296,6 +347,7 @@ def run_bench(
         bench_collectives(config, progress)
         + bench_send_recv(config, progress)
         + bench_gemms(config, progress)
+        + bench_grouped_gemms(config, progress)
         + bench_overlap(config, progress)
     )
     platform = f"jax {jax.__version__} on {jax.default_backend()}, {len(jax.devices())} devices"
@@ -314,5 +366,6 @@ def to_csv(rows: list[BenchRow], platform: str) -> str:
     for r in rows:
         cells = [r.kind, r.op, r.axis, _cell(r.ring_size), _cell(r.shard_bytes)]
         cells += [_cell(r.m), _cell(r.n), _cell(r.k), r.dtype, repr(max(r.seconds, 1e-12))]
+        cells.append(_cell(r.groups))
         buf.write(",".join(cells) + "\n")
     return buf.getvalue()
