@@ -17,7 +17,13 @@ from autotune.safe_load import parse_json, parse_yaml, read_bytes
 from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
-from autotune.specs.job import Constraints, JobInput, TrainingInput, expert_parallel_rule
+from autotune.specs.job import (
+    Constraints,
+    JobInput,
+    TrainingInput,
+    expert_parallel_rule,
+    expert_tensor_parallel_rule,
+)
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import SearchSpec
 
@@ -459,6 +465,12 @@ def load_plan_input(
     why = None if ep is None else expert_parallel_rule(model, ep)
     if why is not None:
         raise InputError(why[0], file=file, field="training.expert_parallel", value=ep, fix=why[1])
+    etp = training.pinned("expert_tensor_parallel")
+    why = None if etp is None else expert_tensor_parallel_rule(model, etp)
+    if why is not None:
+        raise InputError(
+            why[0], file=file, field="training.expert_tensor_parallel", value=etp, fix=why[1]
+        )
 
     cluster_src: Any = (
         cluster_override if cluster_override is not None else data.get("cluster", DEFAULT_CLUSTER)

@@ -97,13 +97,16 @@ def node_limited_share(top_k: int, node_limit: int | None, nodes: int) -> float:
 
 
 def expert_params_per_chip(
-    num_experts: int, ep: ArrayLike, etp: int, hidden: int, expert_ffn: int, matrices: int
+    num_experts: int, ep: ArrayLike, etp: ArrayLike, hidden: int, expert_ffn: int, matrices: int
 ) -> np.ndarray:
     """Routed-expert weights one chip holds per MoE layer: its `E / ep`
     experts, each split over `etp` chips: `(E / ep) f h F_e / etp`. The
     router (`E h`) is replicated and counted apart. Units: parameters.
     Vectorised."""
-    return num_experts / np.asarray(ep, dtype=float) * matrices * hidden * expert_ffn / etp
+    return (
+        num_experts / np.asarray(ep, dtype=float) * matrices * hidden * expert_ffn
+        / np.asarray(etp, dtype=float)
+    )  # fmt: skip
 
 
 def expert_data_parallel(chips_per_stage: ArrayLike, ep: ArrayLike, etp: int = 1) -> np.ndarray:
@@ -127,6 +130,20 @@ def expert_activation_bytes_per_copy(
     MLP). Units: bytes."""
     first = (2 if gated else 1) * expert_ffn / etp
     return element_bytes * (2.0 * hidden + first + expert_ffn / etp) + 4.0
+
+
+def expert_tensor_gather_bytes(
+    received_copies: ArrayLike, hidden: int, element_bytes: float, etp: int
+) -> np.ndarray:
+    """Bytes each chip holds after the expert-tensor all-gather of the token
+    copies its group received (the `total_bytes` of the all-gather, and of
+    the reduce-scatter that returns the outputs): each of the `etp` chips
+    brings its `n` received copies of `h` elements, so `etp n h e`. The
+    collective moves `(etp - 1) / etp` of it per chip. Derivation from the
+    layout (module docstring; Megatron-Core's `MoEAlltoAllTokenDispatcher`
+    gathers over the expert-tensor group after the all-to-all). Units:
+    bytes. Vectorised."""
+    return etp * np.asarray(received_copies, dtype=float) * hidden * element_bytes
 
 
 def permutation_bytes(
@@ -170,6 +187,7 @@ __all__ = [
     "expert_data_parallel",
     "expert_ffn_forward_flops",
     "expert_params_per_chip",
+    "expert_tensor_gather_bytes",
     "node_limited_share",
     "permutation_bytes",
     "routed_tokens_per_chip",

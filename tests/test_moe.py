@@ -309,11 +309,12 @@ def test_expert_axes_and_the_links_their_all_to_all_crosses(tmp_path: Path) -> N
     small = hw.expert_axes(MeshShape(1, 2), 16, 1, 1, 4)
     big = hw.expert_axes(MeshShape(1, 2), 16, 1, 1, 16)
     assert not isinstance(small, str) and not isinstance(big, str)
-    ep4, edp8 = small
+    etp1, ep4, edp8 = small
+    assert (etp1.axis, etp1.size, etp1.levels) == (ParallelAxis.EXPERT_TENSOR, 1, ())
     assert ep4.axis is ParallelAxis.EXPERT and (ep4.size, ep4.stride) == (4, 1)
     assert [lv.kind for lv in ep4.levels] == [ResourceKind.SWITCHED]
     assert (edp8.size, edp8.stride) == (8, 4) and edp8.levels[0].kind is ResourceKind.SCALE_OUT
-    ep16, edp2 = big
+    _, ep16, edp2 = big
     assert [(lv.size, lv.kind) for lv in ep16.levels] == [
         (8, ResourceKind.SWITCHED),
         (2, ResourceKind.SCALE_OUT),
@@ -332,6 +333,20 @@ def test_expert_axes_and_the_links_their_all_to_all_crosses(tmp_path: Path) -> N
     assert limited == pytest.approx(inside + half)
     # 16 does not divide a stage of 2 x 4 chips
     assert isinstance(hw.expert_axes(MeshShape(1, 2), 4, 4, 1, 16), str)
+    # expert tensor parallelism 2 inside the tensor pair, EP 8 two ranks
+    # apart over 16 chips (4 per node on the switch, then 2 nodes), the
+    # expert-data pair 16 apart
+    split = hw.expert_axes(MeshShape(1, 2), 16, 1, 1, 8, 2)
+    assert not isinstance(split, str)
+    etp2, ep8, edp2 = split
+    assert (etp2.size, etp2.stride) == (2, 1) and etp2.levels[0].kind is ResourceKind.SWITCHED
+    assert (ep8.size, ep8.stride) == (8, 2)
+    assert [(lv.size, lv.kind) for lv in ep8.levels] == [
+        (4, ResourceKind.SWITCHED),
+        (2, ResourceKind.SCALE_OUT),
+    ]
+    assert (edp2.size, edp2.stride) == (2, 16)
+    assert "does not divide" in hw.expert_axes(MeshShape(1, 2), 16, 1, 1, 32, 2)
 
 
 MINI_MOE = {
@@ -349,11 +364,16 @@ MINI_MOE = {
 }
 
 
-@pytest.mark.parametrize(("ep", "zero"), [(4, 3), (16, 3), (4, 1), (1, 0)])
-def test_expert_memory_per_rank_under_ep_and_expert_data(tmp_path: Path, ep: int, zero: int):
-    """16 GPUs as DP 16: each rank holds 16 / EP experts, their weights
-    sharded (ZeRO-3) and their gradients and Adam state (ZeRO 1-3) over the
-    16 / EP ranks holding the same experts; the attention and router over all 16."""
+@pytest.mark.parametrize(
+    ("ep", "etp", "zero"), [(4, 1, 3), (16, 1, 3), (4, 1, 1), (1, 1, 0), (4, 2, 3), (2, 4, 1)]
+)
+def test_expert_memory_per_rank_under_ep_and_expert_data(
+    tmp_path: Path, ep: int, etp: int, zero: int
+):
+    """16 GPUs as DP 16: each rank holds 16 / EP experts, each split over
+    ETP chips, their weights sharded (ZeRO-3) and their gradients and Adam
+    state (ZeRO 1-3) over the 16 / (EP ETP) ranks holding the same expert
+    shard; the attention and router over all 16."""
     from planning import pinned, plan_for
 
     from autotune.job.block import block_params_per_chip
@@ -365,16 +385,17 @@ def test_expert_memory_per_rank_under_ep_and_expert_data(tmp_path: Path, ep: int
             "tensor_parallel": 1,
             "data_parallel": 16,
             "expert_parallel": ep,
+            "expert_tensor_parallel": etp,
             "zero_stage": zero,
         }
     )
     plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx-2n")
-    assert plan.config["ep"] == ep
+    assert (plan.config["ep"], plan.config["etp"]) == (ep, etp)
     spec = plan.inp.model
     dense = 4 * (block_params_per_chip(spec, 1) + 16 * 1024)  # attention + norms, router
     dense += plan.ends.head_params + plan.ends.tail_params
-    experts = 4 * (16 // ep) * 3 * 1024 * 2048
-    d, d_x = 16, 16 // ep
+    experts = 4 * (16 // ep) * 3 * 1024 * 2048 / etp
+    d, d_x = 16, 16 // (ep * etp)
     weights = 2 * dense / (d if zero == 3 else 1) + 2 * experts / (d_x if zero == 3 else 1)
     grads = 2 * dense / (d if zero >= 2 else 1) + 2 * experts / (d_x if zero >= 2 else 1)
     optimizer = 12 * dense / (d if zero >= 1 else 1) + 12 * experts / (d_x if zero >= 1 else 1)
@@ -426,6 +447,87 @@ def test_cli_an_expert_layout_that_cannot_fit_exits_1(tmp_path: Path) -> None:
         code=1,
     )
     assert "GiB" in line
+
+
+def test_expert_tensor_parallelism_by_hand(tmp_path: Path) -> None:
+    """EP 4 x ETP 2 on 8 GPUs (TP 2 x DP 4): each chip's 1,024 tokens bring
+    2,048 copies, its expert-tensor pair computes both chips' copies on half
+    of each expert (rows per expert `T k etp ep / E` = 1,024), all-gathers
+    the arriving copies and reduce-scatters the outputs over the pair."""
+    from planning import pinned, plan_for
+
+    from cost_models import ring_collective_s
+    from cost_models.moe import expert_tensor_gather_bytes
+
+    assert expert_tensor_gather_bytes(2048, 1024, 2, 2) == 2 * 2048 * 1024 * 2
+    training = pinned(
+        {
+            "global_batch_sequences": 4,
+            "sequence_length": 2048,
+            "tensor_parallel": 2,
+            "data_parallel": 4,
+            "expert_parallel": 4,
+            "expert_tensor_parallel": 2,
+            "micro_batch_size": 1,
+        }
+    )
+    model = {**MINI_MOE, "moe": {**MINI_MOE["moe"], "expert_imbalance": 1.0}}
+    plan = plan_for(tmp_path, model, training, "h100-hgx")
+    x = plan.experts
+    assert x is not None and plan.config["etp"] == 2
+    # T = 2048 / 2 (sequence-split over the tensor pair), k = 2, E = 16
+    assert x.rows_per_expert == pytest.approx(1024 * 2 * 2 * 4 / 16)
+    assert x.expert_params == pytest.approx(16 / 4 * 3 * 1024 * 2048 / 2)
+    assert x.expert_gemm_dims[0] == (1024.0, 2 * 1024, 1024)  # 2 x F_e / etp columns
+    (pair,) = [a for a in plan.layout.axes if a.axis.value == "expert_tensor"]
+    assert pair.size == 2
+    gathered = 2 * 1024 * 2 * 1024 * 2
+    link = plan.hw.level_link(pair.levels[0], "all_gather")
+    rs = plan.hw.level_link(pair.levels[0], "reduce_scatter")
+    gathers = float(
+        ring_collective_s(link, 2, gathered / 2) + ring_collective_s(rs, 2, gathered / 2)
+    )
+    (_, ep_axis, _) = plan.hw.expert_axes(plan.fc.mesh, 4, 1, 1, 4, 2)
+    a2a = float(plan.hw.hierarchical_all_to_all_s(ep_axis, 1024 * 2 * 1024 * 2))
+    assert x.all_to_all_forward_s == pytest.approx(2 * a2a + gathers)
+    line = " ".join(plan_text(plan).split())
+    assert "EP 4 x ETP 2" in line and "(1/2 of each)" in line
+
+
+def plan_text(plan) -> str:
+    from rich.console import Console
+
+    from autotune.job.report import render_report
+
+    console = Console(record=True, width=200)
+    render_report(plan, console)
+    return console.export_text()
+
+
+def test_expert_tensor_parallelism_is_searched_and_refused(tmp_path: Path) -> None:
+    """Left out, expert tensor parallelism is 1; `auto` searches the
+    divisors of the tensor chips; a width it does not divide exits 2 naming
+    the field."""
+    from clirun import assert_one_line_error, run_cli
+    from planning import plan_for, write_plan
+
+    training = {
+        "global_batch_sequences": 16,
+        "sequence_length": 1024,
+        "tensor_parallel": 2,
+        "data_parallel": 4,
+        "expert_parallel": 4,
+    }
+    plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx")
+    assert {int(e.config["etp"]) for e in plan.outcome.ranked} == {1}
+    searched = {**training, "expert_tensor_parallel": "auto"}
+    plan = plan_for(tmp_path, MINI_MOE, searched, "h100-hgx")
+    assert {int(e.config["etp"]) for e in plan.outcome.ranked} == {1, 2}
+    path = write_plan(tmp_path, MINI_MOE, {**training, "expert_tensor_parallel": 3}, "h100-hgx")
+    assert_one_line_error(
+        run_cli("plan", str(path)),
+        "training.expert_tensor_parallel: got 3; does not divide the expert FFN width 2048",
+    )
 
 
 def test_cli_an_impossible_expert_layout_exits_2(tmp_path: Path) -> None:
@@ -514,7 +616,7 @@ def test_expert_all_to_all_uses_the_calibrations_all_to_all_entry(tmp_path: Path
             )
         )
     )
-    (ep8, _) = with_entry.expert_axes(MeshShape(1, 1), 8, 1, 1, 8)
+    (_, ep8, _) = with_entry.expert_axes(MeshShape(1, 1), 8, 1, 1, 8)
     b = 16 * 2.0**20
     link = with_entry.level_link(ep8.levels[0], "all_to_all")
     assert link.link_bytes_per_s == pytest.approx(
@@ -536,3 +638,48 @@ def test_expert_all_to_all_uses_the_calibrations_all_to_all_entry(tmp_path: Path
     sent = plan.experts.all_to_all_bytes
     assert sent == pytest.approx(16 // 8 * 1024 * 2 * 1024 * 2 * plan.experts.imbalance)
     assert plan.experts.expert_gemm_dims[0] == (plan.experts.rows_per_expert, 2 * 2048, 1024)
+
+
+def test_expert_tensor_parallelism_in_the_exports(tmp_path: Path) -> None:
+    """Megatron-LM gets --expert-tensor-parallel-size; torchtitan 0.3.0 and
+    MindFormers have no such degree and say so; MaxText splits every expert
+    over its tensor axis, so an ETP other than the TP is named."""
+    from click.testing import CliRunner
+    from planning import pinned, write_plan
+
+    from autotune.cli import main
+
+    training = pinned(
+        {
+            "global_batch_sequences": 16,
+            "sequence_length": 1024,
+            "tensor_parallel": 2,
+            "data_parallel": 4,
+            "expert_parallel": 4,
+            "expert_tensor_parallel": 2,
+        }
+    )
+    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx")
+    doc = tmp_path / "plan.json"
+    runner = CliRunner()
+    assert runner.invoke(main, ["plan", str(path), "--out", str(doc)]).exit_code == 0
+    out = tmp_path / "megatron"
+    result = runner.invoke(main, ["export", str(doc), "--to", "megatron", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "--expert-tensor-parallel-size 2" in (out / "megatron_args.sh").read_text()
+    for target in ("torchtitan", "mindformers"):
+        result = runner.invoke(
+            main, ["export", str(doc), "--to", target, "--out", str(tmp_path / target)]
+        )
+        assert "expert tensor parallel 2" in " ".join(result.output.split()), target
+    one = write_plan(
+        tmp_path, MINI_MOE, {**training, "expert_tensor_parallel": 1}, "h100-hgx", name="one.yaml"
+    )
+    doc1 = tmp_path / "one.json"
+    assert runner.invoke(main, ["plan", str(one), "--out", str(doc1)]).exit_code == 0
+    result = runner.invoke(
+        main, ["export", str(doc1), "--to", "maxtext", "--out", str(tmp_path / "maxtext")]
+    )
+    assert "expert tensor parallel 1: MaxText splits each expert over its tensor axis" in " ".join(
+        result.output.split()
+    )

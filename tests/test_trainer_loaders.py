@@ -309,7 +309,7 @@ def test_megatron_loads_every_example(plans: dict[str, Path], case: str, tmp_pat
     _check_experts(loaded, doc)
     moe = doc["provenance"]["model"].get("moe")
     if moe is not None:
-        assert loaded["expert_tensor_parallel"] == 1
+        assert loaded["expert_tensor_parallel"] == c["expert_tensor_parallel"]
         dense = moe.get("first_dense_layers", 0)
         if dense:
             pattern = loaded["moe_layer_freq"]

@@ -309,6 +309,14 @@ def _experts(view: PlanView, out: dict[str, object], notes: Notes) -> dict[str, 
     if m.mla is None:
         notes.assume("decoder_block mixtral: MaxText's GQA decoder with MoE blocks")
     ep = view.expert_parallel
+    etp, tp = view.expert_tensor_parallel, view.tensor_parallel
+    if etp != tp:
+        # base.yml line 692: the experts' `mlp_moe` dimension shards over the
+        # tensor axes, so every expert is split as the dense layers are
+        notes.drop(
+            f"expert tensor parallel {etp}: MaxText splits each expert over its tensor axis "
+            f"(logical rule mlp_moe, base.yml line 692), so it runs {tp}"
+        )
     if ep > 1:
         axis = "fsdp" if view.zero_stage == 3 else "data"
         ici, dcn = int(out[f"ici_{axis}_parallelism"]), int(out[f"dcn_{axis}_parallelism"])  # type: ignore[call-overload]

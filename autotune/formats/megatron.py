@@ -49,8 +49,9 @@ made flags by the ArgumentGroupFactory of arguments.py line 2373), and
 `--expert-model-parallel-size` / `--expert-tensor-parallel-size`
 (ModelParallelConfig, model_parallel_config.py lines 127-130; Megatron
 defaults the expert tensor size to the tensor size, arguments.py lines
-587-588, so the plan's 1 is written). validate_args asserts the experts
-divide by the expert-parallel size (lines 1655-1658). Multi-head latent
+587-588, so the plan's expert tensor parallelism is always written).
+validate_args asserts the experts divide by the expert-parallel size (lines
+1655-1658). Multi-head latent
 attention: `--multi-latent-attention` (transformer_config.py line 288),
 `--q-lora-rank`, `--kv-lora-rank`, `--qk-head-dim` (the no-RoPE part),
 `--qk-pos-emb-head-dim`, `--v-head-dim` (arguments.py lines 3548-3557);
@@ -277,7 +278,7 @@ def _moe_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         ("--moe-ffn-hidden-size", moe.expert_ffn_size),
         ("--moe-router-topk", moe.experts_per_token),
         ("--expert-model-parallel-size", view.expert_parallel),
-        ("--expert-tensor-parallel-size", 1),
+        ("--expert-tensor-parallel-size", view.expert_tensor_parallel),
         ("--moe-grouped-gemm", None),
     ]
     if not all(m.moe_layer_flags):

@@ -139,6 +139,11 @@ def _experts(
     model["model_type"] = "deepseek_v3" if mla else "qwen3_moe"
     model["architectures"] = ["DeepseekV3ForCausalLM" if mla else "Qwen3MoeForCausalLM"]
     parallel["expert_parallel"] = view.expert_parallel
+    if view.expert_tensor_parallel > 1:
+        notes.drop(
+            f"expert tensor parallel {view.expert_tensor_parallel}: MindFormers 2.0.0's "
+            "parallel_config has no expert tensor degree"
+        )
     model.update(
         {
             # each model class's own key (Qwen3-MoE's num_experts defaults to 128)

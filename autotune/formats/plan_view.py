@@ -69,6 +69,11 @@ class PlanView:
         return self.doc.configuration.expert_parallel
 
     @property
+    def expert_tensor_parallel(self) -> int:
+        """Chips each routed expert's weights are split over."""
+        return self.doc.configuration.expert_tensor_parallel
+
+    @property
     def total_chips(self) -> int:
         """Data parallel x pipeline parallel x context parallel x tensor parallel."""
         t = self.training
@@ -193,6 +198,7 @@ def resolved_training(doc: PlanDocument, path: str) -> TrainingSpec:
         "context_parallel": c.context_parallel,
         "context_parallel_comm": c.context_parallel_comm,
         "expert_parallel": c.expert_parallel,
+        "expert_tensor_parallel": c.expert_tensor_parallel,
         "fp8": c.fp8,
         "fp8_param_gather": c.fp8_param_gather,
         "micro_batch_size": c.micro_batch_size,

@@ -521,6 +521,12 @@ def _experts(
         return None, None
     moe = m.moe
     ep = view.expert_parallel
+    if view.expert_tensor_parallel > 1:
+        notes.drop(
+            f"expert tensor parallel {view.expert_tensor_parallel}: torchtitan 0.3.0 has no "
+            "expert tensor degree (config/configs.py line 279: EP borrows ranks from FSDP and "
+            "TP, each expert whole on its rank)"
+        )
     dense_region = shard * view.context_parallel * view.tensor_parallel
     if dense_region % ep:
         notes.drop(

@@ -55,6 +55,7 @@ class ParallelAxis(str, Enum):
     PIPELINE = "pipeline"
     GRADIENT = "gradient"  # data x context: where gradients are reduced
     EXPERT = "expert"  # expert parallelism: the routed tokens' all-to-all
+    EXPERT_TENSOR = "expert_tensor"  # one expert's weights split (expert tensor parallelism)
     EXPERT_DATA = "expert_data"  # where expert gradients are reduced
 
 
@@ -225,6 +226,7 @@ _WHAT = {
     ParallelAxis.PIPELINE: "pipeline",
     ParallelAxis.GRADIENT: "data x context group",
     ParallelAxis.EXPERT: "expert-parallel group",
+    ParallelAxis.EXPERT_TENSOR: "expert-tensor group",
     ParallelAxis.EXPERT_DATA: "expert-data group",
 }
 
@@ -400,15 +402,19 @@ def _slice_levels(levels: list[Level], inner: int, size: int) -> tuple[Level, ..
     return tuple(out) if need == 1 else None
 
 
-def expert_axes(cluster: Cluster, layout: Layout, ep: int) -> tuple[AxisLayout, AxisLayout] | str:
-    """(expert-parallel, expert-data) axes of a pipeline stage's
-    `N = t cp dp` chips regrouped for the experts (cost_models.moe, expert
-    tensor parallelism 1): `ep` consecutive ranks in the stage's order
-    (tensor, context, data) exchange tokens; ranks `ep` apart hold the same
-    experts. On nodes each is a group inside a node when its span fits one,
-    else over the NIC rails (as the data axis); on a torus, the levels of
-    the tensor, context and data axes the ranks cross. Or why it cannot be
-    laid out."""
+def expert_axes(
+    cluster: Cluster, layout: Layout, ep: int, etp: int = 1
+) -> tuple[AxisLayout, AxisLayout, AxisLayout] | str:
+    """(expert-tensor, expert-parallel, expert-data) axes of a pipeline
+    stage's `N = t cp dp` chips regrouped for the experts (cost_models.moe,
+    Megatron-Core's folding): `etp` consecutive ranks in the stage's order
+    (tensor, context, data) split each expert's weights; groups of `ep`
+    such groups, `etp` ranks apart, exchange tokens; ranks `etp ep` apart
+    hold the same experts. On nodes each is a group inside a node when its
+    span fits one, else over the NIC rails (as the data axis), an expert
+    group spanning nodes in two levels; on a torus, the levels of the
+    tensor, context and data axes the ranks cross. Or why it cannot be laid
+    out."""
     stage = [
         layout.axis(a)
         for a in (
@@ -421,10 +427,16 @@ def expert_axes(cluster: Cluster, layout: Layout, ep: int) -> tuple[AxisLayout, 
     chips = 1
     for a in stage:
         chips *= a.size
-    if chips % ep:
-        return f"expert parallelism {ep} does not divide the stage's {chips} chips"
-    edp = chips // ep
+    if chips % (ep * etp):
+        if etp == 1:
+            return f"expert parallelism {ep} does not divide the stage's {chips} chips"
+        return (
+            f"expert parallelism {ep} x expert tensor parallelism {etp} does not divide the "
+            f"stage's {chips} chips"
+        )
+    edp = chips // (ep * etp)
     what_ep, what_edp = _WHAT[ParallelAxis.EXPERT], _WHAT[ParallelAxis.EXPERT_DATA]
+    what_etp = _WHAT[ParallelAxis.EXPERT_TENSOR]
     if cluster.topology is not Topology.TORUS:
         g = cluster.chips_per_node
         if cluster.spec.node is None or g is None:
@@ -438,27 +450,32 @@ def expert_axes(cluster: Cluster, layout: Layout, ep: int) -> tuple[AxisLayout, 
                 which, size, stride, (_node_level(cluster, size, inside, what, stride),)
             )
 
-        data = axis(ParallelAxis.EXPERT_DATA, edp, ep, what_edp)
-        if ep <= g or ep % g:
-            return axis(ParallelAxis.EXPERT, ep, 1, what_ep), data
+        tensor = axis(ParallelAxis.EXPERT_TENSOR, etp, 1, what_etp)
+        data = axis(ParallelAxis.EXPERT_DATA, edp, ep * etp, what_edp)
+        span = ep * etp
+        if span <= g or span % g or g % etp:
+            return tensor, axis(ParallelAxis.EXPERT, ep, etp, what_ep), data
         # an all-to-all spanning nodes: the chips in one node exchange over
         # the node's links, and each chip's share for the other nodes leaves
         # on its own NIC rail (two levels; a ring's few node-crossing hops
         # spread over every rail instead, which the one-level axes model)
         levels = (
-            _node_level(cluster, g, True, what_ep, 1),
-            _node_level(cluster, ep // g, False, what_ep, g),
+            _node_level(cluster, g // etp, True, what_ep, etp),
+            _node_level(cluster, span // g, False, what_ep, g),
         )
-        return AxisLayout(ParallelAxis.EXPERT, ep, 1, levels), data
+        return tensor, AxisLayout(ParallelAxis.EXPERT, ep, etp, levels), data
     levels = [lv for a in stage for lv in a.levels]
-    inner = _slice_levels(levels, 1, ep)
-    outer = _slice_levels(levels, ep, edp)
-    if inner is None or outer is None:
+    inner = _slice_levels(levels, 1, etp)
+    middle = _slice_levels(levels, etp, ep)
+    outer = _slice_levels(levels, etp * ep, edp)
+    if inner is None or middle is None or outer is None:
         return (
-            f"an expert-parallel group of {ep} does not nest in the torus groups of the "
-            "tensor, context and data axes"
+            f"an expert-parallel group of {ep}"
+            + (f" x {etp} expert-tensor chips" if etp > 1 else "")
+            + " does not nest in the torus groups of the tensor, context and data axes"
         )
     return (
-        AxisLayout(ParallelAxis.EXPERT, ep, 1, inner),
-        AxisLayout(ParallelAxis.EXPERT_DATA, edp, ep, outer),
+        AxisLayout(ParallelAxis.EXPERT_TENSOR, etp, 1, inner),
+        AxisLayout(ParallelAxis.EXPERT, ep, etp, middle),
+        AxisLayout(ParallelAxis.EXPERT_DATA, edp, ep * etp, outer),
     )

@@ -84,9 +84,10 @@ def memory_lower_bound(
         # the routed experts' weights and state, sharded over the expert-data group
         moe = model.moe
         experts = expert_params_per_chip(
-            moe.num_experts, c.ep, 1, model.hidden_size, moe.expert_ffn_size, ffn_matrices(model)
-        )
-        d_x = (c.tp * c.cp * c.dp).astype(float) / c.ep
+            moe.num_experts, c.ep, c.etp, model.hidden_size, moe.expert_ffn_size,
+            ffn_matrices(model),
+        )  # fmt: skip
+        d_x = (c.tp * c.cp * c.dp).astype(float) / (c.ep * c.etp)
         z = c.zero
         per_expert_param = (
             e / np.where(z >= 3, d_x, 1.0)

@@ -25,10 +25,13 @@ the degree it refuses:
   a2a (Ulysses) also needs the query and key/value heads of each tensor
   chip divisible by cp (Megatron-LM and Transformer Engine assert both);
 - expert parallelism (a mixture of experts; 1 for a dense model): `ep`
-  divides the routed experts and the `t cp dp` chips of a stage (Megatron-
-  Core's parallel folding: the experts regroup the stage's chips, expert
-  tensor parallelism 1), `constraints.max_expert_parallel`, and its groups
-  lay out (hardware/layout.expert_axes);
+  divides the routed experts and `etp ep` the `t cp dp` chips of a stage
+  (Megatron-Core's parallel folding: the experts regroup the stage's
+  chips), `constraints.max_expert_parallel`, and its groups lay out
+  (hardware/layout.expert_axes); expert tensor parallelism `etp` (each
+  expert's width split) divides the expert FFN width; 1 when left out,
+  searched among the divisors of the tensor chips `t` when `auto` (any
+  count when pinned);
 - pipeline: at most one chunk per layer, `constraints.max_pipeline_stages`;
 - data parallelism: divides the global batch;
 - micro-batch: divides each replica's sequences, at most
@@ -331,11 +334,11 @@ def _outer_rows(
                     )
                     continue
                 zeros = _zero_stages(dp * cp, pinned_zero, lim, refusals)
-                for ep in eps:
+                for ep, etp in eps:
                     for rc in modes:
                         for z in zeros:
                             rows_out.append(
-                                (mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z, cp, ep)
+                                (mesh.num_rows, mesh.num_cols, pp, dp, mbs, v, rc, z, cp, ep, etp)
                             )
     return rows_out
 
@@ -349,35 +352,61 @@ def expert_degrees(
     dp: int,
     pp: int,
     cp: int,
-) -> list[int]:
-    """The expert-parallel degrees of one configuration (module docstring):
-    [1] for a dense model."""
+) -> list[tuple[int, int]]:
+    """The (expert-parallel, expert-tensor) degrees of one configuration
+    (module docstring): [(1, 1)] for a dense model."""
     moe = inp.model.moe
     pinned = inp.training.pinned("expert_parallel")
+    pinned_etp = inp.training.pinned("expert_tensor_parallel")
     if moe is None:
         if pinned not in (None, 1):
             refusals.add("expert_parallel", pinned, "the model has no routed experts")
             return []
-        return [1]
+        if pinned_etp not in (None, 1):
+            refusals.add("expert_tensor_parallel", pinned_etp, "the model has no routed experts")
+            return []
+        return [(1, 1)]
     stage = mesh.num_chips * cp * dp
+    # each expert whole on its rank unless pinned; `auto` searches splits
+    # over chips of the attention's tensor group
+    etps = [pinned_etp] if pinned_etp is not None else [1]
+    if inp.training.expert_tensor_parallel == "auto":
+        etps = divisors(mesh.num_chips)
     out = []
-    for ep in divisors(stage):
-        if not _pinned_ok(pinned, ep):
+    for etp in etps:
+        if moe.expert_ffn_size % etp:
+            refusals.add(
+                "expert_tensor_parallel",
+                etp,
+                f"does not divide the expert FFN width {moe.expert_ffn_size}",
+            )
             continue
-        why = None
-        if moe.num_experts % ep:
-            why = f"does not divide the {moe.num_experts} routed experts"
-        elif (
-            pinned is None and lim.max_expert_parallel is not None and ep > lim.max_expert_parallel
-        ):
-            why = "above constraints.max_expert_parallel"
-        else:
-            axes = hw.expert_axes(mesh, dp, pp, cp, ep)
-            why = axes if isinstance(axes, str) else None
-        if why is not None:
-            refusals.add("expert_parallel", ep, why)
+        if stage % etp:
+            refusals.add(
+                "expert_tensor_parallel",
+                etp,
+                f"does not divide a stage's {stage} chips (tensor x context x data)",
+            )
             continue
-        out.append(ep)
+        for ep in divisors(stage // etp):
+            if not _pinned_ok(pinned, ep):
+                continue
+            why = None
+            if moe.num_experts % ep:
+                why = f"does not divide the {moe.num_experts} routed experts"
+            elif (
+                pinned is None
+                and lim.max_expert_parallel is not None
+                and ep > lim.max_expert_parallel
+            ):
+                why = "above constraints.max_expert_parallel"
+            else:
+                axes = hw.expert_axes(mesh, dp, pp, cp, ep, etp)
+                why = axes if isinstance(axes, str) else None
+            if why is not None:
+                refusals.add("expert_parallel", ep, why)
+                continue
+            out.append((ep, etp))
     if pinned is not None and stage % pinned:
         refusals.add(
             "expert_parallel",
@@ -465,15 +494,16 @@ def canonical_order(c: Candidates) -> np.ndarray:
     """The tie-break order: fewer tensor chips, then fewer context chips,
     fewer pipeline stages,
     fewer rows, smaller ZeRO stage, less recomputation, less interleaving,
-    larger micro-batch, fewer expert-parallel chips. Among equal step
+    larger micro-batch, fewer expert-parallel chips, fewer expert-tensor
+    chips. Among equal step
     times the earliest row wins, so the plan prefers the simplest configuration and never depends on
     enumeration or solver timing."""
-    keys = (c.ep, -c.mbs, c.v, c.recompute, c.zero, c.rows, c.pp, c.cp, c.tp)
+    keys = (c.etp, c.ep, -c.mbs, c.v, c.recompute, c.zero, c.rows, c.pp, c.cp, c.tp)
     return np.lexsort(keys)
 
 
 TIE_BREAK_RULE = (
     "equal step times (within a relative 1e-9) go to fewer tensor chips, then fewer context "
     "chips, fewer pipeline stages, fewer mesh rows, lower ZeRO stage, less recomputation, less "
-    "interleaving, larger micro-batch, fewer expert-parallel chips"
+    "interleaving, larger micro-batch, fewer expert-parallel chips, fewer expert-tensor chips"
 )

@@ -14,10 +14,15 @@ activations split over the tensor chips, else `b s / cp`):
   rank receives `I` times the mean and the exchange ends when it has);
   with node-limited routing the inter-node bytes scale by
   cost_models.moe.node_limited_share. Forward: dispatch + combine;
-  backward: the same for the gradients. Exposed (no overlap with compute
-  is modelled);
+  backward: the same for the gradients. With expert tensor parallelism
+  `etp` (each expert's `F_e` split over `etp` chips, Megatron-Core's
+  `--expert-tensor-parallel-size`), each chip's arriving copies are
+  all-gathered over its expert-tensor group and the outputs
+  reduce-scattered back (cost_models.moe.expert_tensor_gather_bytes), one
+  all-gather and one reduce-scatter per pass, priced with the all-to-alls.
+  Exposed (no overlap with compute is modelled);
 - the grouped GEMMs of the chip's `E / ep` experts, each with
-  `I T k ep / E` rows (the busiest rank's), as one batched GEMM per
+  `I T k etp ep / E` rows (the busiest rank's) and `F_e / etp` columns, as one batched GEMM per
   matrix in the FC layers' GEMM model (FP8 under an FP8 recipe): forward
   the first layer (`h -> 2 F_e` gated) and the second (`F_e -> h`),
   backward each one's data and weight gradients; with a capacity factor
@@ -54,6 +59,7 @@ from cost_models.moe import (
     dispatch_bytes_per_chip,
     expert_activation_bytes_per_copy,
     expert_params_per_chip,
+    expert_tensor_gather_bytes,
     node_limited_share,
     permutation_bytes,
     routed_tokens_per_chip,
@@ -70,7 +76,8 @@ class ExpertFigures:
 
     forward_s: float
     backward_s: float
-    #: the all-to-alls inside forward_s / backward_s (exposed)
+    #: the all-to-alls (and expert-tensor gathers) inside forward_s /
+    #: backward_s (exposed)
     all_to_all_forward_s: float
     all_to_all_backward_s: float
     expert_params: float
@@ -164,10 +171,12 @@ def expert_figures(
     tp: int,
     mbs: int,
     cp: int,
+    tensor_axis: AxisLayout | None = None,
 ) -> ExpertFigures:
     """The module docstring's figures for `mbs` sequences per micro-batch on
     `tp` tensor chips and `cp` context chips, with the experts spread over
-    `expert_axis`."""
+    `expert_axis` and each split over `tensor_axis` (expert tensor
+    parallelism; none: 1)."""
     moe = model.moe
     assert moe is not None
     h, e = model.hidden_size, training.dtype.num_bytes
@@ -175,16 +184,17 @@ def expert_figures(
     gated = model.ffn_kind is FfnKind.SWIGLU
     f = ffn_matrices(model)
     ep = expert_axis.size
+    etp = tensor_axis.size if tensor_axis is not None else 1
     fc_gemm = hw.fc_base.compute
     rate = hw.hbm_bytes_per_s
 
     tokens = layer_tokens(model, training, tp, mbs, cp)
-    copies = float(routed_tokens_per_chip(tokens, k))
+    copies = float(routed_tokens_per_chip(tokens, k, etp))
     imbalance = imbalance_of(model, copies, ep)
-    rows = float(tokens_per_expert(tokens, k, experts, ep)) * imbalance
+    rows = float(tokens_per_expert(tokens, k, experts, ep, etp)) * imbalance
     if moe.capacity_factor is not None and moe.expert_imbalance is None:
         rows = float(np.ceil(rows))
-    gemm_f, gemm_b = grouped_gemm_s(fc_gemm, rows, h, width, gated, experts / ep)
+    gemm_f, gemm_b = grouped_gemm_s(fc_gemm, rows, h, width / etp, gated, experts / ep)
     router_f = float(hw.gemm.gemm_s(tokens, experts, h))
     router_b = float(hw.gemm.gemm_s(tokens, h, experts) + hw.gemm.gemm_s(h, experts, tokens))
     shuffle = float(permutation_bytes(tokens, k, h, e) + router_bytes(tokens, experts)) / rate
@@ -195,10 +205,21 @@ def expert_figures(
         share = float(node_limited_share(k, moe.node_limit, nodes))
         sent = float(dispatch_bytes_per_chip(tokens, k, h, e)) * imbalance
         a2a = float(hw.hierarchical_all_to_all_s(expert_axis, sent, scale_out_share=share))
-    forward = router_f + shuffle + gemm_f + 2.0 * a2a
-    backward = router_b + shuffle + gemm_b + 2.0 * a2a
+    gathers = 0.0
+    if etp > 1:
+        # the arriving copies all-gathered over the expert-tensor group, the
+        # outputs reduce-scattered back (and the reverse for the gradients)
+        gathered = float(expert_tensor_gather_bytes(imbalance * tokens * k, h, e, etp))
+        assert tensor_axis is not None
+        gathers = float(
+            hw.hierarchical_ring_s(tensor_axis, "all_gather", gathered)
+            + hw.hierarchical_ring_s(tensor_axis, "reduce_scatter", gathered)
+        )
+    comm = 2.0 * a2a + gathers  # per pass
+    forward = router_f + shuffle + gemm_f + comm
+    backward = router_b + shuffle + gemm_b + comm
 
-    kept = imbalance * copies * expert_activation_bytes_per_copy(h, width, gated, e)
+    kept = imbalance * copies * expert_activation_bytes_per_copy(h, width, gated, e, etp)
     kept += 4.0 * tokens * experts  # the router's probabilities (fp32)
     activations = (kept, kept, 0.0)
     buffer = 2.0 * imbalance * copies * h * e  # tokens received and their permuted copy
@@ -206,9 +227,9 @@ def expert_figures(
     out = ExpertFigures(
         forward_s=forward,
         backward_s=backward,
-        all_to_all_forward_s=2.0 * a2a,
-        all_to_all_backward_s=2.0 * a2a,
-        expert_params=float(expert_params_per_chip(experts, ep, 1, h, width, f)),
+        all_to_all_forward_s=comm,
+        all_to_all_backward_s=comm,
+        expert_params=float(expert_params_per_chip(experts, ep, etp, h, width, f)),
         router_params=float(experts * h),
         activation_bytes=activations,
         recompute_s=(0.0, 0.0, forward),
@@ -217,7 +238,7 @@ def expert_figures(
         rows_per_expert=rows,
         all_to_all_bytes=sent,
         scale_out_share=share,
-        expert_gemm_dims=grouped_gemm_dims(rows, h, width, gated),
+        expert_gemm_dims=grouped_gemm_dims(rows, h, width / etp, gated),
     )
     extra = model.ffn_size - moe.shared_expert_ffn_size
     if extra <= 0 or all(model.moe_layer_flags):

@@ -81,15 +81,16 @@ class HardwareView:
         return self._layouts[key]
 
     def expert_axes(
-        self, mesh: MeshShape, dp: int, pp: int, cp: int, ep: int
-    ) -> tuple[AxisLayout, AxisLayout] | str:
-        """The expert-parallel and expert-data axes of a configuration
-        (hardware/layout.py `expert_axes`), or why they cannot be laid out."""
-        key = (mesh, dp, pp, cp, ep)
+        self, mesh: MeshShape, dp: int, pp: int, cp: int, ep: int, etp: int = 1
+    ) -> tuple[AxisLayout, AxisLayout, AxisLayout] | str:
+        """The expert-tensor, expert-parallel and expert-data axes of a
+        configuration (hardware/layout.py `expert_axes`), or why they cannot
+        be laid out."""
+        key = (mesh, dp, pp, cp, ep, etp)
         if key not in self._expert_axes:
             layout = self.layout(mesh, dp, pp, cp)
             self._expert_axes[key] = (
-                layout if isinstance(layout, str) else expert_axes(self.cluster, layout, ep)
+                layout if isinstance(layout, str) else expert_axes(self.cluster, layout, ep, etp)
             )
         return self._expert_axes[key]
 

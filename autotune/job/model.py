@@ -28,7 +28,7 @@ step, per chip:
 - memory per stage: weights (with an FP8 recipe's weight copies),
   gradients and Adam state of its parameters by ZeRO stage over the data x
   context group `dp cp` (cost_models.data_parallel; routed-expert weights
-  over their expert-data group `t cp dp / ep`), the activations of the
+  over their expert-data group `t cp dp / (ep etp)`), the activations of the
   micro-batches the schedule keeps alive (pipeline/schedule.py
   `peak_alive_vectors`), the FC layers' gathered buffers, ZeRO-3's gathered
   block, a full-recomputation stage's one recomputed block, the key/value
@@ -92,7 +92,7 @@ PARTS: dict[str, str] = {
     "optimizer_s": "optimizer step",
 }
 
-COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero", "cp", "ep")
+COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "recompute", "zero", "cp", "ep", "etp")
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ class Candidates:
     zero: np.ndarray
     cp: np.ndarray  # context-parallel chips per sequence
     ep: np.ndarray  # expert-parallel chips (MoE models; 1 otherwise)
+    etp: np.ndarray  # expert-tensor chips splitting each expert (MoE models; 1 otherwise)
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -137,11 +138,12 @@ class Candidates:
     @staticmethod
     def of(rows: list[dict[str, int]]) -> Candidates:
         """Candidates from plain rows (`recompute` as its index; `cp` and
-        `ep` 1 when left out)."""
+        `ep`, `etp` 1 when left out)."""
         return Candidates(
             *(
                 np.asarray(
-                    [r.get(c, 1) if c in ("cp", "ep") else r[c] for r in rows], dtype=np.int64
+                    [r.get(c, 1) if c in ("cp", "ep", "etp") else r[c] for r in rows],
+                    dtype=np.int64,
                 )
                 for c in COLUMNS
             )
@@ -162,12 +164,12 @@ class Candidates:
 
     def expert_keys(self) -> list[tuple[int, ...]]:
         """Per candidate the key of its expert figures:
-        (rows, cols, mbs, cp, dp, pp, ep)."""
+        (rows, cols, mbs, cp, dp, pp, ep, etp)."""
         return list(
             zip(
                 *(
                     getattr(self, k).tolist()
-                    for k in ("rows", "cols", "mbs", "cp", "dp", "pp", "ep")
+                    for k in ("rows", "cols", "mbs", "cp", "dp", "pp", "ep", "etp")
                 ),
                 strict=True,
             )
@@ -196,7 +198,8 @@ class KeyFigures:
     ends: dict[tuple[int, int, int, int], EndFigures]
     layouts: dict[tuple[int, int, int, int, int], Layout]
     #: a mixture of experts: the routed part per (rows, cols, mbs, cp, dp,
-    #: pp, ep), the expert-data axis per (rows, cols, dp, pp, cp, ep), and
+    #: pp, ep, etp), the expert-data axis per (rows, cols, dp, pp, cp, ep,
+    #: etp), and
     #: per block (model order) whether it is a MoE block
     experts: dict[tuple[int, ...], ExpertFigures] = field(default_factory=dict)
     expert_data_axes: dict[tuple[int, ...], AxisLayout] = field(default_factory=dict)
@@ -564,7 +567,7 @@ def _price_group(
     params[:, -1] += g["tail_p"]
     expert_p = stage_moe * g["x_params"][:, None]
     d = c.replicas[members].astype(float)
-    d_x = (c.tp * c.cp * c.dp)[members].astype(float) / c.ep[members]
+    d_x = (c.tp * c.cp * c.dp)[members].astype(float) / (c.ep * c.etp)[members]
     weights = e * params / np.where(zero >= 3, d, 1.0)[:, None]
     weights += e * expert_p / np.where(zero >= 3, d_x, 1.0)[:, None]
     # an FP8 recipe's row-wise and column-wise weight copies (blocks only)
@@ -756,7 +759,7 @@ def _data_parallel(
         if key[2] * key[4] > 1:
             add(local, figs.layouts[key].axis(ParallelAxis.GRADIENT), params[local])
     if expert_params is not None and figs.expert_data_axes:
-        for key, local in _by(sub, ("rows", "cols", "dp", "pp", "cp", "ep")).items():
+        for key, local in _by(sub, ("rows", "cols", "dp", "pp", "cp", "ep", "etp")).items():
             axis = figs.expert_data_axes[key]
             if axis.size > 1:
                 add(local, axis, expert_params[local])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autotune.errors import InputError, NoFeasiblePlanError
-from autotune.hardware.layout import Layout
+from autotune.hardware.layout import Layout, ParallelAxis
 from autotune.job.accuracy import Extrapolation, step_band_rel
 from autotune.job.balance_adapter import Balanced
 from autotune.job.block import BlockFigures, EndFigures
@@ -193,6 +193,7 @@ def resolved_training(inp: JobInput, config: dict[str, int | str], recompute: st
         pipeline_parallel=int(config["pp"]),
         context_parallel=int(config.get("cp", 1)),
         expert_parallel=int(config.get("ep", 1)),
+        expert_tensor_parallel=int(config.get("etp", 1)),
         micro_batch_size=int(config["mbs"]),
         interleave=int(config["v"]),
         recompute=mode,
@@ -358,9 +359,12 @@ def make_plan(
             int(config["pp"]),
             int(config.get("cp", 1)),
             int(config.get("ep", 1)),
+            int(config.get("etp", 1)),
         )
         assert not isinstance(ep_axes, str)
-        layout = replace(layout, axes=layout.axes + ep_axes)
+        # the expert-tensor axis is listed when it splits the experts
+        shown = tuple(a for a in ep_axes if a.size > 1 or a.axis is not ParallelAxis.EXPERT_TENSOR)
+        layout = replace(layout, axes=layout.axes + shown)
     detail = priced.detail[0]
     assert detail is not None
     model_flops, hw_flops = _flops(inp, priced.recompute_flops_share[0])

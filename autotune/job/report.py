@@ -24,20 +24,21 @@ _AXIS = {
     ParallelAxis.PIPELINE: "pipeline",
     ParallelAxis.GRADIENT: "data x context (gradients)",
     ParallelAxis.EXPERT: "expert",
+    ParallelAxis.EXPERT_TENSOR: "expert tensor",
     ParallelAxis.EXPERT_DATA: "expert data (expert gradients)",
 }
 
 
 def config_line(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
     """A configuration in one line."""
-    v, cp, ep = int(config["v"]), int(config.get("cp", 1)), int(config.get("ep", 1))
+    v, cp = int(config["v"]), int(config.get("cp", 1))
     return (
         f"TP {config['rows']}x{config['cols']}"
         + (f" x CP {cp}" if cp > 1 else "")
         + f" x PP {config['pp']}"
         + (f" (interleave {v})" if v > 1 else "")
         + f" x DP {config['dp']}"
-        + (f" (EP {ep})" if ep > 1 else "")
+        + (f" ({expert_degrees(config)})" if int(config.get("ep", 1)) > 1 else "")
         + f", {micro_batches} micro-batch(es) of {config['mbs']}, "
         f"recompute {recompute}, ZeRO-{config['zero']}"
     )
@@ -45,23 +46,29 @@ def config_line(config: dict[str, int | str], recompute: str, micro_batches: int
 
 def short_config(config: dict[str, int | str], recompute: str, micro_batches: int) -> str:
     """A configuration in a table cell."""
-    v, cp, ep = int(config["v"]), int(config.get("cp", 1)), int(config.get("ep", 1))
+    v, cp = int(config["v"]), int(config.get("cp", 1))
     return (
         f"TP {config['rows']}x{config['cols']}"
         + (f" CP {cp}" if cp > 1 else "")
         + f" PP {config['pp']}"
         + (f"x{v}" if v > 1 else "")
         + f" DP {config['dp']}"
-        + (f" EP {ep}" if ep > 1 else "")
+        + (f" {expert_degrees(config)}" if int(config.get("ep", 1)) > 1 else "")
         + f" mb {config['mbs']}x{micro_batches} {recompute} Z{config['zero']}"
     )
+
+
+def expert_degrees(config: dict[str, int | str]) -> str:
+    """`EP n`, and `x ETP m` when the experts are split too."""
+    ep, etp = int(config.get("ep", 1)), int(config.get("etp", 1))
+    return f"EP {ep}" + (f" x ETP {etp}" if etp > 1 else "")
 
 
 def experts_line(plan: Plan) -> str:
     """The mixture of experts' layout and routing in one line."""
     moe, x = plan.inp.model.moe, plan.experts
     assert moe is not None and x is not None
-    ep = int(plan.config.get("ep", 1))
+    ep, etp = int(plan.config.get("ep", 1)), int(plan.config.get("etp", 1))
     if moe.expert_imbalance is not None:
         source = "moe.expert_imbalance"
     elif moe.capacity_factor is not None:
@@ -69,7 +76,8 @@ def experts_line(plan: Plan) -> str:
     else:
         source = "balanced-routing floor; set moe.expert_imbalance from your runs"
     return (
-        f"Experts: EP {ep}, {moe.num_experts // ep} of {moe.num_experts} routed experts per chip, "
+        f"Experts: {expert_degrees(plan.config)}, {moe.num_experts // ep} of {moe.num_experts} "
+        "routed experts per chip" + (f" (1/{etp} of each)" if etp > 1 else "") + ", "
         f"{moe.experts_per_token} per token; busiest rank {x.imbalance:.2f}x the mean ({source}); "
         f"{x.rows_per_expert:,.0f} tokens per expert per micro-batch"
     )

@@ -173,20 +173,21 @@ def new_figures(inp: JobInput) -> KeyFigures:
 
 def add_expert_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: KeyFigures) -> None:
     """A mixture of experts' routed part (job/experts.py) for every
-    (rows, cols, mbs, cp, dp, pp, ep) of `c` not yet in `figs`, and the
-    expert-data axis of every (rows, cols, dp, pp, cp, ep)."""
+    (rows, cols, mbs, cp, dp, pp, ep, etp) of `c` not yet in `figs`, and
+    the expert-data axis of every (rows, cols, dp, pp, cp, ep, etp)."""
     if inp.model.moe is None:
         return
     for key in dict.fromkeys(c.expert_keys()):
         if key in figs.experts:
             continue
-        rows, cols, mbs, cp, dp, pp, ep = key
-        axes = hw.expert_axes(MeshShape(rows, cols), dp, pp, cp, ep)
+        rows, cols, mbs, cp, dp, pp, ep, etp = key
+        axes = hw.expert_axes(MeshShape(rows, cols), dp, pp, cp, ep, etp)
         assert not isinstance(axes, str)  # enumeration kept only those that lay out
+        tensor, expert, _ = axes
         figs.experts[key] = expert_figures(
-            inp.model, inp.training, hw, axes[0], rows * cols, mbs, cp
+            inp.model, inp.training, hw, expert, rows * cols, mbs, cp, tensor
         )
-        figs.expert_data_axes[(rows, cols, dp, pp, cp, ep)] = axes[1]
+        figs.expert_data_axes[(rows, cols, dp, pp, cp, ep, etp)] = axes[2]
 
 
 def _fc_feasible(
@@ -375,7 +376,7 @@ def _config_key_of(config: dict[str, int | str], recompute_searched: bool) -> tu
     return (*row, -1 if recompute_searched else rc)
 
 
-_KEY_COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp", "ep")
+_KEY_COLUMNS = ("rows", "cols", "pp", "dp", "mbs", "v", "zero", "cp", "ep", "etp")
 
 
 def _config_key(c: Candidates, i: int, recompute_searched: bool) -> tuple[int, ...]:

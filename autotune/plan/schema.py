@@ -237,6 +237,11 @@ class ConfigurationDoc(_Doc):
         description="Chips a mixture of experts' routed experts are spread over (1: dense, or "
         "every chip holds every expert).",
     )
+    expert_tensor_parallel: Degree = Field(
+        default=1,
+        description="Chips each routed expert's weights are split over (expert tensor "
+        "parallelism; 1: each expert whole on its chip).",
+    )
     pipeline_parallel: Degree
     interleave: Degree = Field(description="Model chunks per stage (1: plain 1F1B).")
     data_parallel: Degree
@@ -287,6 +292,7 @@ class AxisLayoutDoc(_Doc):
         "gradient",
         "expert",
         "expert_data",
+        "expert_tensor",
     ] = Field(
         description="The parallel axis; gradient is the data x context group gradients are "
         "reduced over (listed only with context parallelism); expert and expert_data the "
@@ -413,6 +419,7 @@ class ConfigSummaryDoc(_Doc):
     tensor_mesh: list[Count]
     context_parallel: Degree = 1
     expert_parallel: Degree = 1
+    expert_tensor_parallel: Degree = 1
     pipeline_parallel: Degree
     interleave: Degree
     data_parallel: Degree

@@ -52,6 +52,7 @@ DEGREE_KEYS = (
     "tensor_mesh",
     "context_parallel",
     "expert_parallel",
+    "expert_tensor_parallel",
     "micro_batch_size",
     "interleave",
     "recompute",
@@ -103,6 +104,15 @@ class TrainingInput(StepSettings):
         description="Chips a mixture of experts' routed experts are spread over (each holds "
         "num_experts / it; it divides num_experts and the tensor x context x data chips of a "
         "stage): a number, auto or left out (searched; 1 for a dense model). Range: 1 to 2^24.",
+    )
+    expert_tensor_parallel: Chips | Auto | None = Field(
+        default=None,
+        description="Chips each routed expert's weights are split over (expert tensor "
+        "parallelism; it divides the expert FFN width, and expert_parallel x it the tensor x "
+        "context x data chips of a stage): a number, auto (searched among the divisors of the "
+        "tensor-parallel chips) or left out (1: each expert whole on its rank, Megatron-Core's "
+        "folding for fine-grained experts; searching it multiplies a MoE search). Range: 1 "
+        "to 2^24.",
     )
     micro_batch_size: Count | Auto | None = Field(
         default=None,
@@ -246,6 +256,7 @@ class TrainingInput(StepSettings):
         pipeline_parallel: int | None = None,
         context_parallel: int | None = None,
         expert_parallel: int | None = None,
+        expert_tensor_parallel: int | None = None,
         micro_batch_size: int | None = None,
         interleave: int | None = None,
         recompute: str | None = None,
@@ -268,6 +279,9 @@ class TrainingInput(StepSettings):
             pipeline_parallel=pipeline_parallel or self.pinned("pipeline_parallel") or 1,
             context_parallel=context_parallel or self.pinned("context_parallel") or 1,
             expert_parallel=expert_parallel or self.pinned("expert_parallel") or 1,
+            expert_tensor_parallel=(
+                expert_tensor_parallel or self.pinned("expert_tensor_parallel") or 1
+            ),
             micro_batch_size=mbs,
             micro_batches=micro_batches,
             interleave=interleave or self.pinned("interleave") or 1,
@@ -359,6 +373,28 @@ class Constraints(Spec):
         "proves nothing in time, the balancer's own heuristic plan is used. Range: above 0 "
         "to 3600.",
     )
+
+
+def expert_tensor_parallel_rule(model: ModelSpec, etp: int) -> tuple[str, str] | None:
+    """Why `etp` chips cannot split each routed expert (reason, fix), or
+    None: a dense model takes only 1; a mixture of experts needs `etp` to
+    divide the expert FFN width (each chip holds `F_e / etp` columns of the
+    first layer and rows of the second)."""
+    if etp == 1:
+        return None
+    moe = model.moe
+    if moe is None:
+        return (
+            f"the model {model.name!r} has no routed experts",
+            "leave expert_tensor_parallel out (or 1), or give the model a `moe:` section",
+        )
+    if moe.expert_ffn_size % etp:
+        return (
+            f"does not divide the expert FFN width {moe.expert_ffn_size} (each chip holds "
+            "expert_ffn_size / expert_tensor_parallel of it)",
+            "use a divisor of the expert FFN width (or 1)",
+        )
+    return None
 
 
 def expert_parallel_rule(model: ModelSpec, ep: int) -> tuple[str, str] | None:

@@ -193,6 +193,13 @@ class TrainingSpec(StepSettings):
         le=MAX_CHIPS,
         description="Chips a mixture of experts' routed experts are spread over. Range: 1 to 2^24.",
     )
+    expert_tensor_parallel: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_CHIPS,
+        description="Chips each routed expert's weights are split over (expert tensor "
+        "parallelism). Range: 1 to 2^24.",
+    )
     micro_batches: int | None = Field(
         default=None,
         gt=0,
