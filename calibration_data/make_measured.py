@@ -89,6 +89,7 @@ RECIPES = (
             MEASURED / "gemm_h100_bf16_xla.csv",
             MEASURED / "gemm_h100_fp8_azure.csv",
             MEASURED / "attention_h100_fa3_tritonbench.csv",
+            MEASURED / "attention_backward_h100_fa3_tritonbench.csv",
         ),
         chip="h100-sxm",
         base="h100-nominal",

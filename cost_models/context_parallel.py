@@ -82,20 +82,43 @@ def ulysses_all_to_all_bytes(
     )
 
 
+def attention_rate_length(seq_len: ArrayLike, causal: bool) -> np.ndarray:
+    """The length whose rate a fused attention kernel runs at: `s` for a
+    full mask, `s / 2` for a causal one (each query block meets on average
+    half the keys, and the kernel skips the masked tiles, so its tiles and
+    waves are those of a full kernel on `s / 2` tokens). Derivation; on the
+    one public source that times both masks of one kernel on one machine
+    (FlashAttention-3 backward on H100, B=4, H=48, d=128: meta-pytorch/
+    tritonbench pull requests #1256, full, and #1267, causal) the causal
+    rate at `s` is within 3% of the full rate at `s / 2` for s = 2,048 -
+    8,192 (316/313, 444/435, 539/520 TFLOP/s). Units: tokens."""
+    s = np.asarray(seq_len, dtype=float)
+    return s / 2.0 if causal else s
+
+
 def attention_rate_flops_per_s(
-    seq_len: ArrayLike, asymptotic_flops_per_s: float, seq_half: float
+    seq_len: ArrayLike,
+    asymptotic_flops_per_s: float,
+    seq_half: float,
+    max_seq_len: float | None = None,
 ) -> np.ndarray:
     """The fused attention kernel's rate for sequences (or context-parallel
-    blocks) of `seq_len` tokens::
+    blocks) of `seq_len` tokens (their rate length,
+    :func:`attention_rate_length`)::
 
-        rate = asymptotic_flops_per_s * s / (s + seq_half)
+        rate = asymptotic_flops_per_s * s / (s + seq_half),  s <= max_seq_len
 
     A saturating curve in the sequence length (short sequences leave the
     kernel's tiles and the chip's cores partly idle; long ones run at its
-    asymptotic rate); `seq_half` 0 is a constant rate. Fitted by `meshtune
+    asymptotic rate); `seq_half` 0 is a constant rate. Beyond the longest
+    length measured (`max_seq_len`, when given) the rate is held at that
+    length's instead of climbing further on the fitted curve (the GEMM
+    model's rule for shapes beyond the measured ones). Fitted by `meshtune
     calibrate` from attention rows (calibrate/fit_attention.py). Units:
     tokens, FLOP/s."""
     s = np.asarray(seq_len, dtype=float)
+    if max_seq_len is not None:
+        s = np.minimum(s, max_seq_len)
     if seq_half <= 0:
         return np.full_like(s, asymptotic_flops_per_s)
     return asymptotic_flops_per_s * s / (s + seq_half)

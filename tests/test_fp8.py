@@ -5,6 +5,7 @@ fp8 and attention rows."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,6 +99,9 @@ def test_attention_rate_curve_by_hand():
     assert float(attention_rate_flops_per_s(2048, 400e12, 2048.0)) == pytest.approx(200e12)
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
 def _write_csv(path, rows):
     text = "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds\n" + "\n".join(rows) + "\n"
     path.write_text(text)
@@ -110,11 +114,16 @@ def test_calibrate_fits_fp8_and_attention_rows(tmp_path):
         flops = 2 * size**3
         rows.append(f"gemm,,,,,{size},{size},{size},bf16,{flops / 600e12:.6e}")
         rows.append(f"gemm,,,,,{size},{size},{size},fp8,{flops / 1000e12:.6e}")
-    # causal attention, 32 heads of 128, rate 500 TFLOP/s * s / (s + 1024)
+    # causal attention, 32 heads of 128, rate 500 TFLOP/s * r / (r + 1024)
+    # at its rate length r = s / 2; the backward 2.5 forwards of FLOPs at
+    # 400 TFLOP/s * r / (r + 2048)
     for seq in (1024, 4096, 16384, 65536):
         flops = 4 * 32 * seq**2 * 128 / 2
-        rate = 500e12 * seq / (seq + 1024)
+        r = seq / 2
+        rate = 500e12 * r / (r + 1024)
         rows.append(f"attention,causal,,,,{seq},32,128,bf16,{flops / rate:.6e}")
+        back = 400e12 * r / (r + 2048)
+        rows.append(f"attention_backward,causal,,,,{seq},32,128,bf16,{2.5 * flops / back:.6e}")
     csv = tmp_path / "bench.csv"
     _write_csv(csv, rows)
     out = tmp_path / "cal.json"
@@ -131,6 +140,52 @@ def test_calibrate_fits_fp8_and_attention_rows(tmp_path):
     assert att["seq_half"] == pytest.approx(1024, rel=1e-2)
     assert att["measured_seq"] == [1024, 65536]
     assert "attention (bf16)" in result.output
+    back = att["backward"]
+    assert back["flops_per_s"] == pytest.approx(400e12, rel=1e-3)
+    assert back["seq_half"] == pytest.approx(2048, rel=1e-2)
+    assert "attention backward (bf16)" in result.output
+
+
+def test_attention_rate_length_and_the_longest_measured_by_hand():
+    from cost_models.context_parallel import attention_rate_length
+
+    assert float(attention_rate_length(8192, causal=True)) == 4096
+    assert float(attention_rate_length(8192, causal=False)) == 8192
+    # held at the longest length measured: 8,192 -> 400e12 * 8192 / 10240
+    held = float(attention_rate_flops_per_s(65536, 400e12, 2048.0, 8192))
+    assert held == pytest.approx(320e12)
+    assert float(attention_rate_flops_per_s(4096, 400e12, 2048.0, 8192)) == pytest.approx(
+        400e12 * 4096 / 6144
+    )
+
+
+def test_the_backward_runs_at_its_own_rate(tmp_path):
+    """A calibration with a backward entry prices the flash backward as 2.5
+    forwards of FLOPs at the backward's rate on the causal rate length
+    (s / cp / 2), the forward at the forward's."""
+    cal = json.loads((REPO / "calibration_data" / "h100_measured.json").read_text())
+    cal["attention"] = {
+        "dtype": "bf16",
+        "flops_per_s": 600e12,
+        "seq_half": 0.0,
+        "measured_seq": [1024, 16384],
+        "backward": {"flops_per_s": 300e12, "seq_half": 1024.0, "measured_seq": [1024, 4096]},
+    }
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal))
+    training = pinned(
+        {
+            "global_batch_sequences": 8,
+            "sequence_length": 8192,
+            "tensor_parallel": 1,
+            "data_parallel": 8,
+        }
+    )
+    plan = plan_for(tmp_path, LLAMA8B, training, "h100-hgx", calibration=str(path))
+    b = plan.block
+    ratio = b.attention_backward_s / b.attention_forward_s
+    # the forward at 600 TFLOP/s; the backward at 300 * 4096 / 5120 (held at 4,096)
+    assert ratio == pytest.approx(2.5 * 600 / (300 * 4096 / 5120))
 
 
 def test_attention_row_with_a_bad_mask_is_one_line(tmp_path):
@@ -139,4 +194,17 @@ def test_attention_row_with_a_bad_mask_is_one_line(tmp_path):
     result = CliRunner().invoke(main, ["calibrate", str(csv), "--out", str(tmp_path / "c.json")])
     assert result.exit_code == 2
     assert "op" in result.output and "causal or full" in result.output
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_backward_attention_rows_alone_are_one_line(tmp_path):
+    csv = tmp_path / "bench.csv"
+    _write_csv(csv, ["attention_backward,full,,,,4096,32,128,bf16,0.001"])
+    result = CliRunner().invoke(main, ["calibrate", str(csv), "--out", str(tmp_path / "c.json")])
+    assert result.exit_code == 2
+    assert result.output.strip().endswith(
+        "bench.csv:2: kind: got 'attention_backward'; attention_backward rows need attention "
+        "(forward) rows beside them; fix: add attention rows of the same kernel (meshtune "
+        "prices the backward against the forward)"
+    ), result.output
     assert not (tmp_path / "c.json").exists()

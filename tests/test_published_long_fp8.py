@@ -43,13 +43,15 @@ CALIBRATION = "h100-measured"
 STEP_TARGET = 0.15
 SPEEDUP_TARGET_POINTS = 10.0
 # Records of the current figures, so a change that makes them worse fails
-# (docs/accuracy.md): the step target is NOT met (median 31.8%, largest
-# 47.2%: every row predicted fast, by more as the sequence grows; the
-# calibration's attention is FlashAttention-3's forward rate, applied to
-# the backward too, where the 2024 runs ran an older kernel); the speed-up
-# is within 10 points on 5 of 7 pairs, 33.9 points off on the 405B pair.
-STEP_RECORD = (0.32, 0.48)
-SPEEDUP_RECORD_POINTS = 34.0
+# (docs/accuracy.md): the step target is NOT met (median 30.5%, largest
+# 45.6%: every NeMo row predicted fast, by more as the sequence grows; the
+# calibration's attention is FlashAttention-3's, forward and backward each
+# at its own measured rate, where the 2024 runs ran an older kernel); the
+# speed-up is within 10 points on 5 of 7 pairs, 34.1 points off on the 405B
+# pair (34.0 before the backward rate: its attention share differs between
+# the BF16 and FP8 runs).
+STEP_RECORD = (0.31, 0.46)
+SPEEDUP_RECORD_POINTS = 34.2
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,9 @@ m, n, k empty; `gemm` rows fill m, n, k and leave op, axis, ring_size,
 shard_bytes empty; `overlap` rows fill both (a GEMM timed while the
 collective runs beside it; seconds is the time of the pair); `attention`
 rows time one fused attention forward: op `causal` or `full`, m the
-sequence length, n batch x query heads, k the head dimension;
+sequence length, n batch x query heads, k the head dimension
+(`attention_backward` rows the same for its backward kernel, 2.5 forwards
+of FLOPs);
 `grouped_gemm` rows time one grouped GEMM (a mixture of experts' experts
 in one kernel): m the tokens of each group, n, k as a gemm row, and the
 optional `groups` column (after `seconds`) the number of groups, empty in
@@ -38,7 +40,7 @@ from cost_models import Axis, CollectiveOp
 CSV_COLUMNS = ("kind", "op", "axis", "ring_size", "shard_bytes", "m", "n", "k", "dtype", "seconds")
 #: columns a CSV may add after CSV_COLUMNS (grouped_gemm rows need `groups`)
 OPTIONAL_COLUMNS = ("groups",)
-KINDS = ("collective", "gemm", "grouped_gemm", "overlap", "attention")
+KINDS = ("collective", "gemm", "grouped_gemm", "overlap", "attention", "attention_backward")
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 OPS = tuple(op.value for op in CollectiveOp)
 _COLLECTIVE_ONLY = ("op", "axis", "ring_size", "shard_bytes")
@@ -319,8 +321,8 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                     line,
                 )
             )
-        elif kind == "attention":
-            _require_empty(row, ("axis", "ring_size", "shard_bytes"), "attention", path, line)
+        elif kind in ("attention", "attention_backward"):
+            _require_empty(row, ("axis", "ring_size", "shard_bytes"), kind, path, line)
             mask = row["op"].lower()
             if mask not in ("causal", "full"):
                 raise InputError(
@@ -333,8 +335,11 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                 )
             m, n, k = _gemm_fields(row, dtype, path, line)
             attentions.append(
-                AttentionSample(m, n, k, mask == "causal", dtype, seconds, path, line)
-            )
+                AttentionSample(
+                    m, n, k, mask == "causal", dtype, seconds, path, line,
+                    backward=kind == "attention_backward",
+                )
+            )  # fmt: skip
     if not collectives and not gemms and not overlaps and not attentions:
         raise InputError(
             "has a header but no measurement rows",

@@ -2,19 +2,22 @@
 (calibrate/csv_format.py): `rate(s) = R s / (s + s_half)`
 (cost_models.context_parallel.attention_rate_flops_per_s), least squares
 on the relative error of each row's time; one sequence length measured
-gives a constant rate (the median)."""
+gives a constant rate (the median). `attention_backward` rows are fitted
+the same way on their own (2.5 forwards of FLOPs each), the backward
+kernel's rate."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from autotune.calibrate.samples import AttentionSample
-from cost_models.context_parallel import attention_rate_flops_per_s
+from autotune.errors import InputError
+from cost_models.context_parallel import attention_rate_flops_per_s, attention_rate_length
 
 
 @dataclass(frozen=True)
@@ -29,15 +32,38 @@ class AttentionFit:
     max_rel_error: float
     num_rows: int
     note: str = ""
+    #: the backward kernel's own fit, when backward rows were given
+    backward: AttentionFit | None = None
 
 
 def fit_attention(samples: Sequence[AttentionSample]) -> AttentionFit:
+    """The forward rows' fit, with the backward rows' fit attached when
+    there are any; InputError when there are only backward rows."""
+    forward = [s for s in samples if not s.backward]
+    backward = [s for s in samples if s.backward]
+    if not forward:
+        s = backward[0]
+        raise InputError(
+            "attention_backward rows need attention (forward) rows beside them",
+            file=s.file,
+            line=s.line,
+            field="kind",
+            value="attention_backward",
+            fix="add attention rows of the same kernel (meshtune prices the backward "
+            "against the forward)",
+        )
+    fit = _fit_rate(forward)
+    return replace(fit, backward=_fit_rate(backward)) if backward else fit
+
+
+def _fit_rate(samples: Sequence[AttentionSample]) -> AttentionFit:
     """Fit the rows of the most measured dtype (bf16 first); the others are
     named in the note."""
     counts = Counter(s.dtype for s in samples)
     dtype = "bf16" if "bf16" in counts else counts.most_common(1)[0][0]
     rows = [s for s in samples if s.dtype == dtype]
-    seq = np.array([s.seq_len for s in rows], dtype=float)
+    # each row's rate is read at its kernel's rate length (s / 2 causal)
+    seq = np.array([float(attention_rate_length(s.seq_len, s.causal)) for s in rows])
     flops = np.array([s.flops for s in rows])
     seconds = np.array([s.seconds for s in rows])
     rates = flops / seconds
@@ -59,7 +85,7 @@ def fit_attention(samples: Sequence[AttentionSample]) -> AttentionFit:
         dtype=dtype,
         flops_per_s=big,
         seq_half=half,
-        measured_seq=(int(seq.min()), int(seq.max())),
+        measured_seq=(min(s.seq_len for s in rows), max(s.seq_len for s in rows)),
         rms_rel_error=float(np.sqrt(np.mean(rel**2))),
         max_rel_error=float(rel.max()),
         num_rows=len(rows),

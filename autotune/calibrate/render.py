@@ -247,6 +247,15 @@ def render_calibration(
             f"error {a.rms_rel_error:.1%}",
             highlight=False,
         )
+        b = a.backward
+        if b is not None:
+            half = f", half that at {b.seq_half:,.0f} tokens" if b.seq_half > 0 else " (constant)"
+            console.print(
+                f"attention backward ({b.dtype}): {b.flops_per_s / 1e12:.1f} TFLOP/s at long "
+                f"sequences{half}; {b.num_rows} row(s) of {b.measured_seq[0]:,}-"
+                f"{b.measured_seq[1]:,} tokens, RMS error {b.rms_rel_error:.1%}",
+                highlight=False,
+            )
     elsewhere = [
         *(f"derived: {d}" for d in spec.derived),
         *(f"from --base {user_text(spec.base_calibration)}: {k}" for k in spec.kept_from_base),

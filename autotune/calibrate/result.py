@@ -28,6 +28,7 @@ from autotune.specs.calibration import (
     AXIS_KEYS,
     CALIBRATION_SCHEMA,
     MAX_REL_ERROR,
+    AttentionBackwardSpec,
     AttentionSpec,
     CalibrationSpec,
     CollectiveFit,
@@ -160,6 +161,22 @@ def _link_spec(fit: CommFit, unit_links: float = 1.0, piece_scale: float = 1.0) 
             cross_validation=_cross_validation(fit),
             outliers=[f"{f}:{line} ({err:+.0%})" for f, line, err in fit.outliers],
         ),
+    )
+
+
+def _attention_backward(fit: AttentionFit | None) -> AttentionBackwardSpec | None:
+    """The backward rows' fit as the calibration's entry."""
+    if fit is None:
+        return None
+    return AttentionBackwardSpec(
+        flops_per_s=fit.flops_per_s,
+        seq_half=fit.seq_half,
+        measured_seq=list(fit.measured_seq),
+        fit={
+            "rms_rel_error": fit.rms_rel_error,
+            "max_rel_error": fit.max_rel_error,
+            "num_rows": fit.num_rows,
+        },
     )
 
 
@@ -392,6 +409,7 @@ def build_result(
                 "num_rows": attention_fit.num_rows,
             },
             source="fitted from attention rows",
+            backward=_attention_backward(attention_fit.backward),
         )
         if attention_fit.note:
             warnings.append(f"attention: {attention_fit.note}")

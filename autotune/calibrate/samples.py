@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models import Axis, CollectiveOp
+from cost_models.transformer_flops import FLASH_BACKWARD_GEMMS
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,9 @@ class GemmSample:
 
 @dataclass(frozen=True)
 class AttentionSample:
-    """One timed fused attention forward: `heads` (batch x query heads)
-    sequences of `seq_len` tokens with `head_dim`, causal or full, in
-    `dtype`."""
+    """One timed fused attention forward (or, `backward`, its backward
+    kernel): `heads` (batch x query heads) sequences of `seq_len` tokens
+    with `head_dim`, causal or full, in `dtype`."""
 
     seq_len: int
     heads: int
@@ -63,13 +64,18 @@ class AttentionSample:
     seconds: float
     file: str
     line: int
+    backward: bool = False
 
     @property
     def flops(self) -> float:
         """Forward FLOPs: `4 heads s^2 d`, halved when causal
-        (cost_models.transformer_flops.attention_core_forward_flops)."""
+        (cost_models.transformer_flops.attention_core_forward_flops); a
+        backward row 2.5 times that (FLASH_BACKWARD_GEMMS / 2: five GEMM
+        sets against the forward's two, as FlashAttention's and
+        tritonbench's benchmarks count it)."""
         full = 4.0 * self.heads * self.seq_len**2 * self.head_dim
-        return full / 2.0 if self.causal else full
+        forward = full / 2.0 if self.causal else full
+        return forward * FLASH_BACKWARD_GEMMS / 2.0 if self.backward else forward
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
   (the causal half, cost_models.transformer_flops) at the attention rate
   (the calibration's fitted curve in the sequence length, else the
   cluster's figure, else the GEMM rate) and
-  2.5 forwards backward (`FLASH_BACKWARD_GEMMS / 2`); unfused, the batched
+  2.5 forwards of FLOPs backward (`FLASH_BACKWARD_GEMMS / 2`), at the
+  backward kernel's own fitted rate when the calibration has one (else the
+  forward's); unfused, the batched
   `s x s x d` GEMMs run by the GEMM model with a 2x backward.
 - Memory-bound ops (norms, residual adds, dropouts, rotary, the FFN
   activation, the unfused core's softmax and dropout) over HBM:
@@ -58,6 +60,7 @@ from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape, 
 from cost_models.activations import BlockShape, layer_activation_bytes_per_token
 from cost_models.context_parallel import (
     attention_rate_flops_per_s,
+    attention_rate_length,
     kv_block_bytes,
     ring_attention_exposed_s,
     ulysses_all_to_all_bytes,
@@ -438,10 +441,23 @@ def block_figures(
     tokens = mbs * local_s
     if flash:
         flops = attention_core_forward_flops(mbs, s, nh, d, causal=True) / (tp * cp)
-        # the kernel runs on the chip's query block of s / cp tokens
-        rate = attention_rate_flops_per_s(local_s, hw.attention_flops_per_s, hw.attention_seq_half)
+        # the kernel runs on the chip's query block of s / cp tokens, causal:
+        # at the rate of a full kernel on half of them
+        length = attention_rate_length(local_s, causal=True)
+        rate = attention_rate_flops_per_s(
+            length, hw.attention_flops_per_s, hw.attention_seq_half, hw.attention_max_seq
+        )
         attn_f = flops / float(rate)
         attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
+        if hw.attention_backward_flops_per_s is not None:
+            # the backward kernel at its own measured rate
+            rate_b = attention_rate_flops_per_s(
+                length,
+                hw.attention_backward_flops_per_s,
+                hw.attention_backward_seq_half,
+                hw.attention_backward_max_seq,
+            )
+            attn_b = FLASH_BACKWARD_GEMMS / 2.0 * flops / float(rate_b)
     else:
         attn_f = float(unfused_attention_forward_s(hw.gemm, mbs, nh, s, d, tp))
         attn_b = 2.0 * attn_f

@@ -58,6 +58,13 @@ class HardwareView:
     warnings: list[str]
     #: the fused kernel's rate halves at this sequence length (0: constant)
     attention_seq_half: float = 0.0
+    #: the backward kernel's own rate and half length (None: the forward's)
+    attention_backward_flops_per_s: float | None = None
+    attention_backward_seq_half: float = 0.0
+    #: the longest sequence the forward and backward rows measured (None: no
+    #: rows; the rates are held there beyond it)
+    attention_max_seq: float | None = None
+    attention_backward_max_seq: float | None = None
     _layouts: dict = field(default_factory=dict, repr=False)
     _expert_axes: dict = field(default_factory=dict, repr=False)
     _contexts: dict = field(default_factory=dict, repr=False)
@@ -327,11 +334,17 @@ def hardware_view(inp: JobInput) -> HardwareView:
             t.dtype.num_bytes,
             inp.calibration_ref or inp.calibration.name,
         )
-    attention_half = 0.0
+    attention_half = backward_half = 0.0
+    backward = longest = backward_longest = None
     measured_attention = inp.calibration.attention
     if measured_attention is not None:
         attention = measured_attention.flops_per_s
         attention_half = measured_attention.seq_half
+        longest = float(measured_attention.measured_seq[1])
+        if measured_attention.backward is not None:
+            backward = measured_attention.backward.flops_per_s
+            backward_half = measured_attention.backward.seq_half
+            backward_longest = float(measured_attention.backward.measured_seq[1])
     elif spec.attention_tflops_per_s is not None:
         attention = spec.attention_tflops_per_s * 1e12
     else:
@@ -355,6 +368,10 @@ def hardware_view(inp: JobInput) -> HardwareView:
         gemm=gemm,
         attention_flops_per_s=attention,
         attention_seq_half=attention_half,
+        attention_backward_flops_per_s=backward,
+        attention_backward_seq_half=backward_half,
+        attention_max_seq=longest,
+        attention_backward_max_seq=backward_longest,
         hbm_bytes=hbm,
         hbm_bytes_per_s=float(hbm_per_s),
         overlap_slowdown=ctx.overlap_slowdown,

@@ -202,6 +202,33 @@ class LinkSpec(Spec):
         return self
 
 
+class AttentionBackwardSpec(Spec):
+    """The fused attention backward kernel's measured rate (its FLOPs 2.5
+    times the forward's), saturating in the sequence length like the
+    forward's."""
+
+    flops_per_s: float = Field(
+        ge=MIN_FLOPS_PER_S,
+        le=MAX_FLOPS_PER_S,
+        description="Asymptotic rate at long sequences, FLOP/s. Range: 1e9 to 1e18.",
+    )
+    seq_half: float = Field(
+        default=0.0,
+        ge=0,
+        le=2.0**24,
+        description="Sequence length at which the rate is half the asymptotic one (0: "
+        "constant). Range: 0 to 2^24.",
+    )
+    measured_seq: list[Annotated[int, Field(ge=1, le=2**24)]] = Field(
+        min_length=2,
+        max_length=2,
+        description="[shortest, longest] sequence measured. Range: 1 to 2^24 tokens.",
+    )
+    fit: dict[str, float | int | str | None] | None = Field(
+        default=None, description="Fit quality, when fitted."
+    )
+
+
 class AttentionSpec(Spec):
     """The fused attention kernel's measured rate (FLOPs of the forward
     `4 b nh s^2 d`, halved when causal, per second), saturating in the
@@ -230,6 +257,11 @@ class AttentionSpec(Spec):
         default=None, description="Fit quality, when fitted."
     )
     source: str | None = Field(default=None, description="Where the rows came from.")
+    backward: AttentionBackwardSpec | None = Field(
+        default=None,
+        description="The backward kernel's own rate (FLOPs 2.5 forwards), fitted from "
+        "attention_backward rows. Omitted: the backward runs at the forward's rate.",
+    )
 
 
 class EfficiencyCurve(Spec):
