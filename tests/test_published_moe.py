@@ -32,12 +32,14 @@ FIXTURE = REPO / "tests" / "fixtures" / "published_moe" / "rows.yaml"
 CALIBRATION = "h100-measured"
 STEP_TARGET = 0.15
 # The record of the current figures, so a change that makes them worse
-# fails (docs/accuracy.md): the target is NOT met (median 31.8%, largest
-# 56.3%). Rows whose expert group stays in a node are predicted 30-56% fast
-# (routing, permutation and grouped-GEMM work priced at HBM and plain-GEMM
-# rates); rows whose group spans nodes 9-33% slow, with the all-to-all 32-73%
-# of the predicted step, priced exposed on one NIC rail per GPU.
-STEP_RECORD = (0.32, 0.57)
+# fails (docs/accuracy.md): the target is NOT met (median 33.7%, largest
+# 54.7%; 31.8% before the attention backward got its own measured rate,
+# which slowed every row). Rows whose expert group stays in a node are
+# predicted 32-55% fast (routing, permutation and grouped-GEMM work priced
+# at HBM and plain-GEMM rates); rows whose group spans nodes 12-36% slow,
+# with the all-to-all 31-71% of the predicted step, priced exposed on one
+# NIC rail per GPU.
+STEP_RECORD = (0.34, 0.55)
 
 pytestmark = pytest.mark.slow
 
