@@ -683,3 +683,45 @@ def test_expert_tensor_parallelism_in_the_exports(tmp_path: Path) -> None:
     assert "expert tensor parallel 1: MaxText splits each expert over its tensor axis" in " ".join(
         result.output.split()
     )
+
+
+def test_the_balancer_sees_dense_and_moe_blocks_as_two_kinds(tmp_path: Path) -> None:
+    """Two dense blocks first, then six MoE blocks, over two stages: an even
+    split gives the second stage four MoE blocks against the first's two;
+    the balancer, which receives the two kinds in model order, moves a
+    block to the first stage and the plan is faster than the even split."""
+    from planning import pinned, plan_for
+
+    from autotune.job.balance_adapter import build_problem
+    from autotune.job.model import Candidates
+    from autotune.job.search import _balance_figures
+    from autotune.specs.job import RECOMPUTE_MODES
+
+    model = {
+        **MINI_MOE,
+        "num_layers": 8,
+        "moe": {**MINI_MOE["moe"], "first_dense_layers": 2, "expert_imbalance": 1.0},
+    }
+    training = pinned(
+        {
+            "global_batch_sequences": 32,
+            "sequence_length": 2048,
+            "tensor_parallel": 1,
+            "pipeline_parallel": 2,
+            "data_parallel": 4,
+            "expert_parallel": 4,
+            "micro_batch_size": 1,
+        }
+    )
+    plan = plan_for(tmp_path, model, training, "h100-hgx")
+    layers = plan.stages.layers.sum(axis=1)
+    assert plan.balanced and list(layers) == [5, 3]
+    assert plan.step_s < plan.even_split_step_s
+    # the problem the balancer got: two kinds, in model order
+    row = {**plan.config, "recompute": RECOMPUTE_MODES.index(str(plan.config["recompute"]))}
+    one = Candidates.of([row])
+    f = _balance_figures(plan.inp, plan.hw, one, plan.outcome.figures, 0)
+    problem = build_problem(f, ("none",))
+    assert [(g.kind, g.count) for g in problem.groups] == [("dense", 2), ("moe", 6)]
+    moe, dense = problem.groups[1], problem.groups[0]
+    assert moe.forward_s > dense.forward_s and moe.parameter_bytes > dense.parameter_bytes

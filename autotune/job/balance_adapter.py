@@ -2,7 +2,9 @@
 balanced assignment it returns.
 
 The balancer (autotune.pipeline) receives this model's per-block forward
-and backward seconds per micro-batch, each recomputation option's extra
+and backward seconds per micro-batch (a mixture of experts' MoE and dense
+blocks as two kinds in model order, its multi-token-prediction blocks with
+the tail), each recomputation option's extra
 backward seconds and activation bytes, the block's parameter bytes after
 ZeRO, the head (embedding) and tail (output layer, loss and logits) with
 their seconds and bytes, the bytes every stage holds besides its layers
@@ -53,6 +55,19 @@ class BalanceFigures:
     constant_bytes: float
     full_transient_bytes: float
     usable_bytes: float
+    #: a mixture of experts: per block in model order whether it is a MoE
+    #: block, and what a MoE block (its routed part, job/experts.py) and a
+    #: dense block (its FFN beyond the shared experts) add to the planned
+    #: block: forward, backward, activations per mode, state bytes
+    moe_flags: tuple[bool, ...] = ()
+    moe_forward_s: float = 0.0
+    moe_backward_s: float = 0.0
+    moe_activation_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    moe_state_bytes: float = 0.0
+    dense_forward_s: float = 0.0
+    dense_backward_s: float = 0.0
+    dense_activation_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    dense_state_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -98,16 +113,35 @@ def build_problem(f: BalanceFigures, modes: tuple[str, ...]) -> Problem:
     index = [RECOMPUTE_MODES.index(name) for name in modes]
     backward = max(f.backward_s, 1e-30)
     options = {RECOMPUTE_MODES[i]: f.recompute_s[i] / backward for i in index}
-    layer = Layer(
-        kind="block",
-        forward_s=f.forward_s,
-        backward_s=f.backward_s,
-        parameter_bytes=f.layer_state_bytes,
-        activation_bytes={RECOMPUTE_MODES[i]: f.activation_bytes[i] for i in index},
-    )
+
+    def layer(kind: str, fwd: float, bwd: float, state: float, act: tuple) -> Layer:
+        return Layer(
+            kind=kind,
+            forward_s=f.forward_s + fwd,
+            backward_s=f.backward_s + bwd,
+            parameter_bytes=f.layer_state_bytes + state,
+            activation_bytes={RECOMPUTE_MODES[i]: f.activation_bytes[i] + act[i] for i in index},
+        )
+
+    if f.moe_flags:
+        # a mixture of experts' blocks as two kinds in model order (the
+        # recomputation coefficients are the planned block's)
+        moe = layer(
+            "moe", f.moe_forward_s, f.moe_backward_s, f.moe_state_bytes, f.moe_activation_bytes
+        )
+        dense = layer(
+            "dense",
+            f.dense_forward_s,
+            f.dense_backward_s,
+            f.dense_state_bytes,
+            f.dense_activation_bytes,
+        )
+        layers = [moe if flag else dense for flag in f.moe_flags]
+    else:
+        layers = [layer("block", 0.0, 0.0, 0.0, (0.0, 0.0, 0.0))] * f.num_layers
     constant = f.constant_bytes + (f.full_transient_bytes if "full" in modes else 0.0)
     return Problem.from_layers(
-        [layer] * f.num_layers,
+        layers,
         options=options,
         num_stages=f.pp,
         num_micro_batches=f.m,

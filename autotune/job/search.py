@@ -65,6 +65,7 @@ from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, LayerSpli
 from autotune.specs.plan_input import DataflowPolicy
 from autotune.specs.training import Fp8Recipe
 from cost_models import MeshShape
+from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.fp8 import fp8_weight_copy_bytes_per_param
 
 TIE_RELATIVE = 1e-9
@@ -253,6 +254,40 @@ def _balance_figures(
     zero = int(one.zero[0])
     forward_s, backward_s = (float(x) for x in block_seconds(a))
     constant = a["fc_buf"] + a["cp_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
+    experts: dict = {}
+    tail_f, tail_b, tail_state = a["tail_f"], a["tail_b"], a["tail_p"] * per_param + a["tail_x"]
+    if figs.moe_flags:
+        # the routed experts' state is sharded over their expert-data group
+        # (job/model.py); the dispatched-token buffers on every stage
+        x_act = tuple(float(x) for x in gather_figures(one, figs)["x_act"][0])
+        d_x = float(one.tp[0] * one.cp[0] * one.dp[0]) / float(one.ep[0] * one.etp[0])
+        per_expert_param = (
+            e / (d_x if zero >= 3 else 1.0)
+            + g / (d_x if zero >= 2 else 1.0)
+            + OPTIMIZER_BYTES_PER_PARAM / (d_x if zero >= 1 else 1.0)
+        )
+        fp8_x = fp8_copies * float(one.replicas[0]) / d_x if zero >= 3 else fp8_copies
+        moe_state = a["x_router"] * per_param + a["x_params"] * (per_expert_param + fp8_x)
+        experts = {
+            "moe_flags": figs.moe_flags,
+            "moe_forward_s": a["x_f"],
+            "moe_backward_s": a["x_b"],
+            "moe_activation_bytes": x_act,
+            "moe_state_bytes": moe_state,
+            "dense_forward_s": a["xd_f"],
+            "dense_backward_s": a["xd_b"],
+            "dense_activation_bytes": tuple(
+                float(x) for x in gather_figures(one, figs)["xd_act"][0]
+            ),
+            "dense_state_bytes": a["xd_params"] * (per_param + fp8_copies),
+        }
+        constant += a["x_buf"]
+        # multi-token-prediction blocks run after the last block (job/model.py):
+        # with the tail, their activations held as its state
+        mtp = figs.mtp_layers
+        tail_f += mtp * (forward_s + a["x_f"])
+        tail_b += mtp * (backward_s + a["x_b"])
+        tail_state += mtp * (a["params"] * (per_param + fp8_copies) + moe_state + act[0] + x_act[0])
     return BalanceFigures(
         num_layers=inp.model.num_layers,
         pp=int(one.pp[0]),
@@ -266,12 +301,13 @@ def _balance_figures(
         head_forward_s=a["head_f"],
         head_backward_s=a["head_b"],
         head_state_bytes=a["head_p"] * per_param,
-        tail_forward_s=a["tail_f"],
-        tail_backward_s=a["tail_b"],
-        tail_state_bytes=a["tail_p"] * per_param + a["tail_x"],
+        tail_forward_s=tail_f,
+        tail_backward_s=tail_b,
+        tail_state_bytes=tail_state,
         constant_bytes=constant,
         full_transient_bytes=act[0],
         usable_bytes=hw.usable_bytes,
+        **experts,
     )
 
 
