@@ -355,7 +355,8 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
         description=f"{len(collectives)} collective and {len(gemms)} gemm rows"
         + (f" ({grouped} grouped)" if (grouped := sum(g.groups > 1 for g in gemms)) else "")
         + (f", {len(overlaps)} overlap rows" if overlaps else "")
-        + (f", {len(attentions)} attention rows" if attentions else ""),
+        + (f", {len(attentions)} attention rows" if attentions else "")
+        + (f" ({back} backward)" if (back := sum(a.backward for a in attentions)) else ""),
         overlaps=tuple(overlaps),
         attentions=tuple(attentions),
     )

@@ -239,23 +239,16 @@ def render_calibration(
             if held:
                 console.print(held, highlight=False)
     a = result.attention_fit
-    if a is not None:
-        half = f", half that at {a.seq_half:,.0f} tokens" if a.seq_half > 0 else " (constant)"
+    for label, fit in (("attention", a), ("attention backward", a and a.backward)):
+        if fit is None:
+            continue
+        half = f", half that at {fit.seq_half:,.0f} tokens" if fit.seq_half > 0 else " (constant)"
         console.print(
-            f"attention ({a.dtype}): {a.flops_per_s / 1e12:.1f} TFLOP/s at long sequences{half}; "
-            f"{a.num_rows} row(s) of {a.measured_seq[0]:,}-{a.measured_seq[1]:,} tokens, RMS "
-            f"error {a.rms_rel_error:.1%}",
+            f"{label} ({fit.dtype}): {fit.flops_per_s / 1e12:.1f} TFLOP/s at long "
+            f"sequences{half}; {fit.num_rows} row(s) of {fit.measured_seq[0]:,}-"
+            f"{fit.measured_seq[1]:,} tokens, RMS error {fit.rms_rel_error:.1%}",
             highlight=False,
         )
-        b = a.backward
-        if b is not None:
-            half = f", half that at {b.seq_half:,.0f} tokens" if b.seq_half > 0 else " (constant)"
-            console.print(
-                f"attention backward ({b.dtype}): {b.flops_per_s / 1e12:.1f} TFLOP/s at long "
-                f"sequences{half}; {b.num_rows} row(s) of {b.measured_seq[0]:,}-"
-                f"{b.measured_seq[1]:,} tokens, RMS error {b.rms_rel_error:.1%}",
-                highlight=False,
-            )
     elsewhere = [
         *(f"derived: {d}" for d in spec.derived),
         *(f"from --base {user_text(spec.base_calibration)}: {k}" for k in spec.kept_from_base),

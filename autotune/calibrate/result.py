@@ -164,20 +164,18 @@ def _link_spec(fit: CommFit, unit_links: float = 1.0, piece_scale: float = 1.0) 
     )
 
 
-def _attention_backward(fit: AttentionFit | None) -> AttentionBackwardSpec | None:
-    """The backward rows' fit as the calibration's entry."""
-    if fit is None:
-        return None
-    return AttentionBackwardSpec(
-        flops_per_s=fit.flops_per_s,
-        seq_half=fit.seq_half,
-        measured_seq=list(fit.measured_seq),
-        fit={
+def _rate_fields(fit: AttentionFit) -> dict:
+    """An attention fit's rate entry fields (forward or backward)."""
+    return {
+        "flops_per_s": fit.flops_per_s,
+        "seq_half": fit.seq_half,
+        "measured_seq": list(fit.measured_seq),
+        "fit": {
             "rms_rel_error": fit.rms_rel_error,
             "max_rel_error": fit.max_rel_error,
             "num_rows": fit.num_rows,
         },
-    )
+    }
 
 
 def _scaled(value: float | None, scale: float) -> float | None:
@@ -398,18 +396,12 @@ def build_result(
         kept.append("compute_fp8")
     attention: AttentionSpec | None = None
     if attention_fit is not None:
+        backward = attention_fit.backward
         attention = AttentionSpec(
             dtype=attention_fit.dtype,
-            flops_per_s=attention_fit.flops_per_s,
-            seq_half=attention_fit.seq_half,
-            measured_seq=list(attention_fit.measured_seq),
-            fit={
-                "rms_rel_error": attention_fit.rms_rel_error,
-                "max_rel_error": attention_fit.max_rel_error,
-                "num_rows": attention_fit.num_rows,
-            },
+            **_rate_fields(attention_fit),
             source="fitted from attention rows",
-            backward=_attention_backward(attention_fit.backward),
+            backward=None if backward is None else AttentionBackwardSpec(**_rate_fields(backward)),
         )
         if attention_fit.note:
             warnings.append(f"attention: {attention_fit.note}")

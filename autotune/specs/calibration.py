@@ -203,9 +203,10 @@ class LinkSpec(Spec):
 
 
 class AttentionBackwardSpec(Spec):
-    """The fused attention backward kernel's measured rate (its FLOPs 2.5
-    times the forward's), saturating in the sequence length like the
-    forward's."""
+    """A fused attention kernel's measured rate, saturating in the sequence
+    length: `rate = flops_per_s * s / (s + seq_half)`
+    (cost_models.context_parallel.attention_rate_flops_per_s); as the
+    backward's own entry its FLOPs are 2.5 times the forward's."""
 
     flops_per_s: float = Field(
         ge=MIN_FLOPS_PER_S,
@@ -229,33 +230,13 @@ class AttentionBackwardSpec(Spec):
     )
 
 
-class AttentionSpec(Spec):
+class AttentionSpec(AttentionBackwardSpec):
     """The fused attention kernel's measured rate (FLOPs of the forward
     `4 b nh s^2 d`, halved when causal, per second), saturating in the
-    sequence length: `rate = flops_per_s * s / (s + seq_half)`
-    (cost_models.context_parallel.attention_rate_flops_per_s)."""
+    sequence length (the fields it shares with AttentionBackwardSpec), and
+    the backward's own rate when measured."""
 
     dtype: str = Field(description="Element type measured, e.g. bf16.")
-    flops_per_s: float = Field(
-        ge=MIN_FLOPS_PER_S,
-        le=MAX_FLOPS_PER_S,
-        description="Asymptotic rate at long sequences, FLOP/s. Range: 1e9 to 1e18.",
-    )
-    seq_half: float = Field(
-        default=0.0,
-        ge=0,
-        le=2.0**24,
-        description="Sequence length at which the rate is half the asymptotic one (0: "
-        "constant). Range: 0 to 2^24.",
-    )
-    measured_seq: list[Annotated[int, Field(ge=1, le=2**24)]] = Field(
-        min_length=2,
-        max_length=2,
-        description="[shortest, longest] sequence measured. Range: 1 to 2^24 tokens.",
-    )
-    fit: dict[str, float | int | str | None] | None = Field(
-        default=None, description="Fit quality, when fitted."
-    )
     source: str | None = Field(default=None, description="Where the rows came from.")
     backward: AttentionBackwardSpec | None = Field(
         default=None,
