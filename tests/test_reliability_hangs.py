@@ -281,3 +281,45 @@ def test_hangs_an_alarm_landing_as_a_box_closes_leaves_nothing_armed(monkeypatch
         deadline._raise_out_of_time(signal.SIGALRM, sys._getframe())
     monkeypatch.setattr(deadline, "_box_open", False)
     real_setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_hangs_an_alarm_landing_as_a_box_opens_does_not_skip_its_close(monkeypatch):
+    """A deadline already past arms a box's timer for 0.1 ms, which can fire
+    before TimeBox.__enter__ returns. Raising there used to skip __exit__:
+    the box stayed open with its handler installed and the timer re-arming,
+    and a later alarm killed the test run ("Alarm clock"). The handler now
+    re-arms and returns inside __enter__; the next alarm ends the body and
+    the box closes."""
+    import signal
+    import sys
+
+    from autotune.pipeline import deadline
+
+    real_setitimer = signal.setitimer
+    landed = []
+
+    def alarm_during_open(which, seconds):
+        out = real_setitimer(which, seconds)
+        if not landed and seconds > 0:
+            landed.append(seconds)  # the alarm lands in __enter__, after the arming
+            deadline._raise_out_of_time(signal.SIGALRM, sys._getframe(1))
+        return out
+
+    monkeypatch.setattr(signal, "setitimer", alarm_during_open)
+
+    @deadline.deadline_of_whole_call(lambda: 0.0)
+    def spin() -> deadline.TimeBox:
+        with deadline.TimeBox() as box:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < HANG_S:
+                pass
+        return box
+
+    try:
+        box = spin()
+    finally:
+        monkeypatch.undo()
+    assert landed and box.expired
+    assert not deadline._box_open
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

@@ -105,24 +105,31 @@ REARM_S = 0.01
 _box_open = False
 
 
-def _closing(frame: Any) -> bool:
-    """Whether `frame` or a caller of it is a TimeBox closing: an alarm that
-    lands on the first instructions of `TimeBox.__exit__` (before it marks
-    the box closed) must not abort the close, or the box would stay open
-    with its handler installed and the timer re-arming for ever (the next
-    alarm then lands in unrelated code, or kills the process once the
-    default handler is back)."""
+def _within(frame: Any, code: Any) -> bool:
+    """Whether `frame` or a caller of it runs `code`."""
     while frame is not None:
-        if frame.f_code is _EXIT_CODE:
+        if frame.f_code is code:
             return True
         frame = frame.f_back
     return False
 
 
 def _raise_out_of_time(signum: int, frame: Any) -> None:
-    if not _box_open or _closing(frame):
+    """The SIGALRM handler of an open TimeBox. An alarm that lands in
+    `TimeBox.__exit__` (before it marks the box closed) is dropped: it must
+    not abort the close. One that lands in `TimeBox.__enter__` (after the
+    timer is set, before the body starts: a deadline already past arms it
+    for 0.1 ms) re-arms and returns: raising there would skip `__exit__`,
+    leaving the box open with its handler installed and the timer re-arming
+    for ever (the alarm then lands in unrelated code, or kills the process
+    once the default handler is back). Elsewhere it re-arms (an exception
+    raised in a garbage-collection callback is dropped by Python) and
+    raises OutOfTime."""
+    if not _box_open or _within(frame, _EXIT_CODE):
         return
     signal.setitimer(signal.ITIMER_REAL, REARM_S)
+    if _within(frame, _ENTER_CODE):
+        return
     raise OutOfTime()
 
 
@@ -171,6 +178,7 @@ class TimeBox:
 
 
 _EXIT_CODE = TimeBox.__exit__.__code__
+_ENTER_CODE = TimeBox.__enter__.__code__
 
 
 @contextmanager
