@@ -59,7 +59,7 @@ def test_extrapolations_by_hand() -> None:
     assert gemm_extrapolations(cal, {"FC layers": [tuple(high)]}) == []
     (x,) = gemm_extrapolations(cal, {"attention core": [(2048, 2048, 96)]})
     assert x.dimension == "k" and x.factor == pytest.approx(low[2] / 96)
-    assert "priced here for the attention core: k 96 to 96" in x.line()
+    assert "priced here for the attention core: k 96, " in x.line()
     # a collective piece 4x above the fit's largest and 2x below its smallest
     entry = next(
         (op, key, link)
@@ -129,3 +129,22 @@ def test_near_ties_are_named_in_the_report_and_the_json(tmp_path) -> None:
     assert near and all(a["step_s"] <= step * (1 + band) and a["fits"] for a in near)
     far = [a for a in doc["alternatives"] if not a["within_error_band"] and a["fits"]]
     assert all(a["step_s"] > step * (1 + band) for a in far)
+
+
+def test_attention_beyond_its_measured_sequences_is_listed() -> None:
+    """h100-measured's attention rows span 512-16,384 tokens forward and
+    1,024-8,192 backward: a kernel on 65,536 tokens per chip is 4x and 8x
+    beyond them (its rates held there), one on 2,048 inside both."""
+    from autotune.job.accuracy import attention_extrapolations
+
+    cal, _ = load_calibration("h100-measured")
+    assert attention_extrapolations(cal, 2048.0) == []
+    forward, backward = attention_extrapolations(cal, 65536.0)
+    assert (forward.what, forward.factor) == ("attention bf16", pytest.approx(4.0))
+    assert (backward.what, backward.factor) == ("attention backward bf16", pytest.approx(8.0))
+    assert forward.line() == (
+        "attention bf16 was measured on sequence from 512 to 16,384; priced here for the "
+        "attention core: sequence 65,536, 4.0x beyond it"
+    )
+    (short,) = attention_extrapolations(cal, 768.0)  # below the backward's shortest
+    assert short.what == "attention backward bf16" and short.factor == pytest.approx(1024 / 768)

@@ -73,9 +73,9 @@ class Extrapolation:
     how far beyond: the priced size over the largest measured, or the
     smallest measured over the priced size (> 1)."""
 
-    kind: str  # "collective" or "gemm"
+    kind: str  # "collective", "gemm" or "attention"
     what: str
-    dimension: str  # "piece bytes", "m", "n" or "k"
+    dimension: str  # "piece bytes", "m", "n", "k" or "sequence"
     measured: tuple[float, float]
     priced: tuple[float, float]
     factor: float
@@ -90,11 +90,42 @@ class Extrapolation:
             used = f"{byte_size(plo)} to {byte_size(phi)}"
         else:
             span = f"{self.dimension} from {lo:,.0f} to {hi:,.0f}"
-            used = f"{self.dimension} {plo:,.0f} to {phi:,.0f}"
+            used = f"{self.dimension} {plo:,.0f}" + (f" to {phi:,.0f}" if phi != plo else "")
         return (
             f"{self.what} was measured on {span}; priced here for the {self.used_by}: "
             f"{used}, {self.factor:.1f}x beyond it"
         )
+
+
+def attention_extrapolations(calibration: CalibrationSpec, local_seq: float) -> list[Extrapolation]:
+    """The fused attention kernel priced on `local_seq` tokens per chip
+    (the sequence over the context-parallel chips) outside the sequences
+    its calibration rows measured, forward and backward: beyond the longest
+    the rate is held at its value there (cost_models.context_parallel
+    attention_rate_flops_per_s), below the shortest the fitted curve is
+    extrapolated."""
+    attention = calibration.attention
+    if attention is None:
+        return []
+    out = []
+    for what, entry in (("attention", attention), ("attention backward", attention.backward)):
+        if entry is None:
+            continue
+        low, high = (float(x) for x in entry.measured_seq)
+        factor = _beyond(local_seq, local_seq, low, high)
+        if factor > EXTRAPOLATION_SLACK:
+            out.append(
+                Extrapolation(
+                    "attention",
+                    f"{what} {attention.dtype}",
+                    "sequence",
+                    (low, high),
+                    (local_seq, local_seq),
+                    factor,
+                    "attention core",
+                )
+            )
+    return out
 
 
 def _beyond(lo: float, hi: float, low: float, high: float) -> float:

@@ -1,6 +1,7 @@
 """What a chosen plan prices outside its calibration's measured range: the
 local GEMMs it runs (FC layers, the unfused attention core, the output
-layer) against the GEMM sizes the compute fit measured, and the collective
+layer) against the GEMM sizes the compute fit measured, the fused attention
+kernel against the sequences its rows measured, and the collective
 pieces it sends (FC layers on the tensor mesh, pipeline transfers, the
 data-parallel gradient reduction, a mixture of experts' all-to-all and
 grouped GEMMs) against the piece sizes each collective
@@ -13,7 +14,12 @@ from collections.abc import Iterable
 from autotune.hardware.calibration import axis_entry_key
 from autotune.hardware.layout import AxisLayout, Level, ParallelAxis
 from autotune.hardware.placement import MeshPlacement, ResourceKind
-from autotune.job.accuracy import Extrapolation, collective_extrapolations, gemm_extrapolations
+from autotune.job.accuracy import (
+    Extrapolation,
+    attention_extrapolations,
+    collective_extrapolations,
+    gemm_extrapolations,
+)
 from autotune.job.block import context_block_bytes
 from autotune.job.experts import ExpertFigures
 from autotune.job.hardware import level_entry
@@ -142,6 +148,8 @@ def plan_extrapolations(
                 if key is not None and level.size > 1:
                     _note(used, key[0], key[1], [t / divided for t in totals], "gradient reduction")
     out = collective_extrapolations(calibration, used)
+    if training.attention is AttentionKernel.FLASH:
+        out += attention_extrapolations(calibration, seq / cp)
     fp8 = training.fp8 is not Fp8Recipe.NONE and calibration.compute_fp8 is not None
     if fp8:
         # the FC layers run on the FP8 GEMM fit; the rest on the dtype's

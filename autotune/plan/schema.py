@@ -449,9 +449,14 @@ class AlternativeDoc(_Doc):
 class ExtrapolationDoc(_Doc):
     """A part of the plan priced outside what its calibration measured."""
 
-    kind: str = Field(description="collective or gemm.")
-    what: str = Field(description="The calibration entry, e.g. all_gather.switched, gemm bf16.")
-    dimension: str = Field(description="piece bytes (collectives), or m, n or k (GEMMs).")
+    kind: str = Field(description="collective, gemm or attention.")
+    what: str = Field(
+        description="The calibration entry, e.g. all_gather.switched, gemm bf16, attention bf16."
+    )
+    dimension: str = Field(
+        description="piece bytes (collectives), m, n or k (GEMMs), or sequence (the fused "
+        "attention kernel's tokens per chip)."
+    )
     measured: list[Real] = Field(description="[smallest, largest] the calibration measured.")
     priced: list[Real] = Field(description="[smallest, largest] this plan prices.")
     factor: Real = Field(description="How far beyond the measured range (> 1).")
