@@ -49,12 +49,15 @@ def _per_key(c: Candidates, fn) -> np.ndarray:
     return np.asarray([cache[k] for k in keys], dtype=float)
 
 
-def state_bytes_per_param(c: Candidates, element_bytes: int, grad_bytes: int) -> np.ndarray:
+def state_bytes_per_param(
+    c: Candidates, element_bytes: int, grad_bytes: int, experts: bool = False
+) -> np.ndarray:
     """Bytes per parameter on one chip: weights, gradients and the 12 bytes
     of fp32 Adam state, each divided over the replicas from its ZeRO stage
     on (cost_models.data_parallel); a weight's replicas are its data x
-    context group."""
-    dp, z = c.replicas.astype(float), c.zero
+    context group, a routed expert's its expert-data group (`experts`)."""
+    dp = c.expert_replicas if experts else c.replicas.astype(float)
+    z = c.zero
     return (
         element_bytes / np.where(z >= 3, dp, 1.0)
         + grad_bytes / np.where(z >= 2, dp, 1.0)
@@ -87,13 +90,7 @@ def memory_lower_bound(
             moe.num_experts, c.ep, c.etp, model.hidden_size, moe.expert_ffn_size,
             ffn_matrices(model),
         )  # fmt: skip
-        d_x = (c.tp * c.cp * c.dp).astype(float) / (c.ep * c.etp)
-        z = c.zero
-        per_expert_param = (
-            e / np.where(z >= 3, d_x, 1.0)
-            + g / np.where(z >= 2, d_x, 1.0)
-            + OPTIMIZER_BYTES_PER_PARAM / np.where(z >= 1, d_x, 1.0)
-        )
+        per_expert_param = state_bytes_per_param(c, e, g, experts=True)
         total += sum(model.moe_layer_flags) * experts * per_expert_param
     total += ends[:, 2] + model.num_layers * lightest
     gathered = np.where(c.zero == 3, 2 * params * e, 0.0)

@@ -125,15 +125,15 @@ def plan_extrapolations(
     expert = by_axis.get(ParallelAxis.EXPERT)
     if experts is not None:
         shapes["expert GEMMs"] = list(experts.expert_gemm_dims)
-        inner = 1
-        for level in expert.levels if expert is not None and experts.all_to_all_bytes else ():
-            crosses = level.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN)
-            piece = inner * experts.all_to_all_bytes / expert.size
-            piece *= experts.scale_out_share if crosses else 1.0
-            inner *= level.size
+        pieces = (
+            expert.all_to_all_pieces(experts.all_to_all_bytes, experts.scale_out_share)
+            if expert is not None and experts.all_to_all_bytes
+            else []
+        )
+        for level, piece in pieces:
             key = _level_key(calibration, "all_to_all", level)
             if key is not None and level.size > 1:
-                _note(used, key[0], key[1], [piece], "expert all-to-all")
+                _note(used, key[0], key[1], [float(piece)], "expert all-to-all")
     data = by_axis.get(ParallelAxis.GRADIENT)
     if data is not None and data.levels:
         grad_e = 4 if training.fp32_gradients else e

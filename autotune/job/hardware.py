@@ -229,16 +229,11 @@ class HardwareView:
         per-chip egress; level_entry). `scale_out_share` scales the bytes on levels
         that cross nodes or slices (a mixture of experts' node-limited
         routing, cost_models.moe.node_limited_share). Vectorised."""
-        total = np.asarray(total_bytes, dtype=float)
-        seconds = np.zeros_like(total)
-        inner = 1
-        for level in axis.levels:
-            crosses = level.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN)
-            piece = inner * total / axis.size * (scale_out_share if crosses else 1.0)
+        seconds = np.zeros_like(np.asarray(total_bytes, dtype=float))
+        for level, piece in axis.all_to_all_pieces(total_bytes, scale_out_share):
             seconds = seconds + ring_collective_s(
                 self.level_link(level, "all_to_all"), level.size, piece
             )
-            inner *= level.size
         return seconds
 
     def send_s(self, axis: AxisLayout, message_bytes: ArrayLike) -> np.ndarray:

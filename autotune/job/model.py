@@ -125,6 +125,13 @@ class Candidates:
         (gradients are reduced and ZeRO shards over it)."""
         return self.dp * self.cp
 
+    @property
+    def expert_replicas(self) -> np.ndarray:
+        """Chips holding the same routed-expert shard: the expert-data group
+        `t cp dp / (ep etp)` (expert gradients are reduced and ZeRO shards
+        over it; cost_models.moe.expert_data_parallel)."""
+        return (self.tp * self.cp * self.dp).astype(float) / (self.ep * self.etp)
+
     def take(self, index: np.ndarray) -> Candidates:
         """The rows at `index` (a boolean mask or integer positions)."""
         return Candidates(*(getattr(self, c)[index] for c in COLUMNS))
@@ -567,7 +574,7 @@ def _price_group(
     params[:, -1] += g["tail_p"]
     expert_p = stage_moe * g["x_params"][:, None]
     d = c.replicas[members].astype(float)
-    d_x = (c.tp * c.cp * c.dp)[members].astype(float) / (c.ep * c.etp)[members]
+    d_x = c.expert_replicas[members]
     weights = e * params / np.where(zero >= 3, d, 1.0)[:, None]
     weights += e * expert_p / np.where(zero >= 3, d_x, 1.0)[:, None]
     # an FP8 recipe's row-wise and column-wise weight copies (blocks only)

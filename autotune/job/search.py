@@ -65,7 +65,6 @@ from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, LayerSpli
 from autotune.specs.plan_input import DataflowPolicy
 from autotune.specs.training import Fp8Recipe
 from cost_models import MeshShape
-from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.fp8 import fp8_weight_copy_bytes_per_param
 
 TIE_RELATIVE = 1e-9
@@ -239,9 +238,11 @@ def _balance_figures(
 ) -> BalanceFigures:
     """One candidate's figures for the balancer (balance_adapter.py)."""
     one = c.take(np.array([i]))
-    a = {k: float(x[0]) for k, x in gather_figures(one, figs).items() if x.ndim == 1}
-    rec = tuple(float(x) for x in gather_figures(one, figs)["rec"][0])
-    act = tuple(float(x) for x in gather_figures(one, figs)["act"][0])
+    gathered = gather_figures(one, figs)
+    a = {k: float(x[0]) for k, x in gathered.items() if x.ndim == 1}
+    rec, act, x_act, xd_act = (
+        tuple(float(x) for x in gathered[k][0]) for k in ("rec", "act", "x_act", "xd_act")
+    )
     t = inp.training
     e = t.dtype.num_bytes
     g = 4 if t.fp32_gradients else e
@@ -259,13 +260,8 @@ def _balance_figures(
     if figs.moe_flags:
         # the routed experts' state is sharded over their expert-data group
         # (job/model.py); the dispatched-token buffers on every stage
-        x_act = tuple(float(x) for x in gather_figures(one, figs)["x_act"][0])
-        d_x = float(one.tp[0] * one.cp[0] * one.dp[0]) / float(one.ep[0] * one.etp[0])
-        per_expert_param = (
-            e / (d_x if zero >= 3 else 1.0)
-            + g / (d_x if zero >= 2 else 1.0)
-            + OPTIMIZER_BYTES_PER_PARAM / (d_x if zero >= 1 else 1.0)
-        )
+        d_x = float(one.expert_replicas[0])
+        per_expert_param = float(state_bytes_per_param(one, e, g, experts=True)[0])
         fp8_x = fp8_copies * float(one.replicas[0]) / d_x if zero >= 3 else fp8_copies
         moe_state = a["x_router"] * per_param + a["x_params"] * (per_expert_param + fp8_x)
         experts = {
@@ -276,9 +272,7 @@ def _balance_figures(
             "moe_state_bytes": moe_state,
             "dense_forward_s": a["xd_f"],
             "dense_backward_s": a["xd_b"],
-            "dense_activation_bytes": tuple(
-                float(x) for x in gather_figures(one, figs)["xd_act"][0]
-            ),
+            "dense_activation_bytes": xd_act,
             "dense_state_bytes": a["xd_params"] * (per_param + fp8_copies),
         }
         constant += a["x_buf"]
