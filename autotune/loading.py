@@ -23,6 +23,7 @@ from autotune.specs.job import (
     TrainingInput,
     expert_parallel_rule,
     expert_tensor_parallel_rule,
+    overlap_expert_comm_rule,
 )
 from autotune.specs.model import ModelSpec
 from autotune.specs.plan_input import SearchSpec
@@ -470,6 +471,11 @@ def load_plan_input(
     if why is not None:
         raise InputError(
             why[0], file=file, field="training.expert_tensor_parallel", value=etp, fix=why[1]
+        )
+    why = overlap_expert_comm_rule(model, training)
+    if why is not None:
+        raise InputError(
+            why[0], file=file, field="training.overlap_expert_comm", value=True, fix=why[1]
         )
 
     cluster_src: Any = (

@@ -90,10 +90,46 @@ def node_limited_share(top_k: int, node_limit: int | None, nodes: int) -> float:
     the per-node deduplication its communication kernels do, section
     3.2.2): a token's copies cross the network `min(k, M)` times instead of
     `k`, so the share is `min(k, M) / k`; 1 without a limit, or when the
-    expert-parallel group spans no more nodes than the limit. Dimensionless."""
+    expert-parallel group spans no more nodes than the limit. Dimensionless.
+    Only a deduplicating dispatcher sends a token once per node
+    (deduplicated_share); a plain all-to-all sends its `k` copies whatever
+    nodes they go to."""
     if node_limit is None or nodes <= node_limit or node_limit >= top_k:
         return 1.0
     return node_limit / top_k
+
+
+def deduplicated_share(top_k: int, num_experts: int, nodes: int, node_limit: int | None) -> float:
+    """Share of the inter-node dispatch bytes a deduplicating dispatcher
+    (DeepEP, HybridEP: "removes redundant tokens during cross-node
+    communication", NVIDIA/Megatron-LM megatron/core/transformer/moe/
+    README.md at d98e8a64) sends, against a plain all-to-all's, over an
+    expert-parallel group of `N = nodes` nodes holding `E / N` experts each.
+
+    Derivation (experts chosen uniformly, as forced balance makes them): a
+    plain all-to-all sends each of a token's `k` copies, `k (N - 1) / N` of
+    them to other nodes on average. A deduplicating one sends the token
+    once to each other node holding at least one of its experts; a node
+    holds none of them with probability `q = C(E - E / N, k) / C(E, k)`, so
+    it sends `(N - 1)(1 - q)` and the share is
+
+        N (1 - q) / k
+
+    (`N = 2`, `E = 128`, `k = 8`: q = 0.0031, share 0.249). With
+    node-limited routing (`M < N`, `M < k`) a token's experts lie on `M`
+    nodes, its own among them with probability `M / N`: it crosses the
+    network `M (N - 1) / N` times, share `M / k` (node_limited_share).
+    1 inside one node. Dimensionless."""
+    if nodes <= 1:
+        return 1.0
+    limited = node_limited_share(top_k, node_limit, nodes)
+    if limited < 1.0:
+        return limited
+    per_node = num_experts / nodes
+    none_there = 1.0
+    for i in range(top_k):  # C(E - E / N, k) / C(E, k) as a product
+        none_there *= max(0.0, (num_experts - per_node - i) / (num_experts - i))
+    return min(1.0, nodes * (1.0 - none_there) / top_k)
 
 
 def expert_params_per_chip(

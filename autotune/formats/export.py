@@ -102,6 +102,26 @@ def finish(target: str, files: list[ExportFile], notes: Notes) -> Export:
     return Export(target, tuple(files), tuple(notes.assumed), tuple(notes.not_expressed))
 
 
+def expert_comm_notes(
+    view: PlanView, trainer: str, notes: Notes, *, dispatcher: bool = True
+) -> None:
+    """Not-expressed lines for a trainer without a deduplicating dispatcher
+    (`dispatcher`) or without the expert all-to-all overlap the plan priced:
+    its all-to-alls then run slower than the plan's step says."""
+    t = view.training
+    if dispatcher and t.expert_dispatcher.deduplicates:
+        notes.drop(
+            f"expert_dispatcher {t.expert_dispatcher.value}: {trainer} has no deduplicating "
+            "dispatcher; every token copy crosses the network, slower than the plan priced"
+        )
+    if t.overlap_expert_comm:
+        notes.drop(
+            f"overlap_expert_comm: {trainer} has no schedule that merges one micro-batch's "
+            "forward with another's backward to hide the expert all-to-alls; they run "
+            "exposed, slower than the plan priced"
+        )
+
+
 def shared_expert_count(view: PlanView, trainer: str, notes: Notes) -> int:
     """The model's shared experts as a count of routed-width experts (what
     MaxText and MindFormers take): `F_s / F_e`, at least 1; a width that is

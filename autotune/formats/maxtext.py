@@ -62,6 +62,7 @@ from autotune.formats.export import (
     ExportFile,
     Notes,
     commented,
+    expert_comm_notes,
     finish,
     header_lines,
     shared_expert_count,
@@ -308,6 +309,7 @@ def _experts(view: PlanView, out: dict[str, object], notes: Notes) -> dict[str, 
         res["topk_routing_group"] = moe.node_limit
     if m.mla is None:
         notes.assume("decoder_block mixtral: MaxText's GQA decoder with MoE blocks")
+    expert_comm_notes(view, "MaxText", notes)
     ep = view.expert_parallel
     etp, tp = view.expert_tensor_parallel, view.tensor_parallel
     if etp != tp:

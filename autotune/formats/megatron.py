@@ -42,8 +42,12 @@ Python list pattern `([0]*d+[1]*n)` when dense blocks come first),
 `--moe-shared-expert-intermediate-size`, `--moe-router-score-function`,
 `--moe-router-num-groups` / `--moe-router-group-topk` (node-limited
 routing), `--moe-expert-capacity-factor` with
-`--moe-pad-expert-input-to-capacity`, `--moe-grouped-gemm` and
-`--moe-token-dispatcher-type` (TransformerConfig fields,
+`--moe-pad-expert-input-to-capacity`, `--moe-grouped-gemm`,
+`--moe-token-dispatcher-type` (alltoall, or flex with
+`--moe-flex-dispatcher-backend` deepep or hybridep for the plan's
+deduplicating dispatcher) and `--overlap-moe-expert-parallel-comm` (the
+plan's `overlap_expert_comm`; CUDA_DEVICE_MAX_CONNECTIONS 32 then, as the
+parser only warns about it) (TransformerConfig fields,
 megatron/core/transformer/transformer_config.py lines 701-921 at d98e8a64,
 made flags by the ArgumentGroupFactory of arguments.py line 2373), and
 `--expert-model-parallel-size` / `--expert-tensor-parallel-size`
@@ -288,18 +292,23 @@ def _moe_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     if moe.router.value == "sigmoid":
         args.append(("--moe-router-score-function", "sigmoid"))
     if moe.node_limit is not None:
-        # the plan priced a token's copies crossing the network once per node:
-        # DeepEP's deduplicating dispatch (Megatron's flex dispatcher)
         groups = moe.expert_groups or moe.num_experts
         args += [
             ("--moe-router-num-groups", groups),
             ("--moe-router-group-topk", moe.node_limit),
-            ("--moe-token-dispatcher-type", "flex"),
         ]
         notes.assume(
             f"node-limited routing: the experts in {groups} groups, each token's in at most "
-            f"{moe.node_limit}; the flex dispatcher needs DeepEP installed"
+            f"{moe.node_limit}"
         )
+    dispatcher = view.training.expert_dispatcher
+    if dispatcher.deduplicates:
+        # the plan priced a token crossing to another node once per node
+        args += [
+            ("--moe-token-dispatcher-type", "flex"),
+            ("--moe-flex-dispatcher-backend", dispatcher.value),
+        ]
+        notes.assume(f"the flex dispatcher needs {dispatcher.value} (DeepEP) installed")
     else:
         args.append(("--moe-token-dispatcher-type", "alltoall"))
     if moe.capacity_factor is not None:
@@ -307,10 +316,14 @@ def _moe_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             ("--moe-expert-capacity-factor", moe.capacity_factor),
             ("--moe-pad-expert-input-to-capacity", None),
         ]
-    notes.assume(
-        "expert tensor parallelism 1 (the plan's); the expert all-to-all is not overlapped "
-        "with compute in the plan's pricing"
-    )
+    if view.training.overlap_expert_comm:
+        args.append(("--overlap-moe-expert-parallel-comm", None))
+        notes.assume(
+            "expert all-to-alls overlapped with another micro-batch's computation, as priced; "
+            "Megatron-LM also suggests --delay-wgrad-compute (not priced)"
+        )
+    else:
+        notes.assume("the expert all-to-alls are not overlapped with compute, as priced")
     return args
 
 
@@ -455,7 +468,15 @@ def export_megatron(view: PlanView) -> Export:
         args.append(("--tp-comm-overlap-rs-dgrad", None))
     head = commented(header_lines(view, "megatron", KEYS_FROM, notes))
     env = ""
-    if view.tensor_parallel > 1 or view.context_parallel > 1:
+    if view.training.overlap_expert_comm and view.expert_parallel > 1:
+        # validate_args only warns then: the overlap wants more connections
+        # (megatron/training/arguments.py lines 1466-1474 at d98e8a64; the
+        # Megatron-Bridge H100 MoE recipes set 32)
+        env = (
+            "# Megatron-LM's expert all-to-all overlap runs on several CUDA connections\n"
+            "export CUDA_DEVICE_MAX_CONNECTIONS=32\n"
+        )
+    elif view.tensor_parallel > 1 or view.context_parallel > 1:
         # validate_args asserts it with tensor or context parallelism before
         # Blackwell (megatron/training/arguments.py lines 1453-1479 at d98e8a64)
         which = "tensor" if view.context_parallel == 1 else "tensor or context"

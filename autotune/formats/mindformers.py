@@ -61,6 +61,7 @@ from autotune.formats.export import (
     ExportFile,
     Notes,
     commented,
+    expert_comm_notes,
     finish,
     header_lines,
     needs_1d,
@@ -139,6 +140,7 @@ def _experts(
     model["model_type"] = "deepseek_v3" if mla else "qwen3_moe"
     model["architectures"] = ["DeepseekV3ForCausalLM" if mla else "Qwen3MoeForCausalLM"]
     parallel["expert_parallel"] = view.expert_parallel
+    expert_comm_notes(view, "MindFormers 2.0.0", notes)
     if view.expert_tensor_parallel > 1:
         notes.drop(
             f"expert tensor parallel {view.expert_tensor_parallel}: MindFormers 2.0.0's "

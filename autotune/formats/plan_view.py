@@ -199,6 +199,8 @@ def resolved_training(doc: PlanDocument, path: str) -> TrainingSpec:
         "context_parallel_comm": c.context_parallel_comm,
         "expert_parallel": c.expert_parallel,
         "expert_tensor_parallel": c.expert_tensor_parallel,
+        "expert_dispatcher": c.expert_dispatcher,
+        "overlap_expert_comm": c.overlap_expert_comm,
         "fp8": c.fp8,
         "fp8_param_gather": c.fp8_param_gather,
         "micro_batch_size": c.micro_batch_size,

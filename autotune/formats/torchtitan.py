@@ -56,6 +56,7 @@ from autotune.formats.export import (
     ExportFile,
     Notes,
     commented,
+    expert_comm_notes,
     finish,
     header_lines,
     needs_1d,
@@ -253,7 +254,7 @@ def _moe(i):
             num_experts=MOE["num_experts"],
             top_k=MOE["top_k"],
             param_init=experts_init,
-            comm_backend="standard",
+            comm_backend=MOE["comm_backend"],
             non_blocking_capacity_factor=MOE["capacity_factor"],
         ),
         shared_experts=shared,
@@ -515,7 +516,9 @@ def _experts(
     classes (GQA attention) or its DeepSeek-V3 ones (MLA,
     models/deepseek_v3/__init__.py `make_mla_attention_config`), and
     `expert_parallel_degree` (config/configs.py line 279: the experts
-    regroup dp_shard x cp x tp, so it must divide them)."""
+    regroup dp_shard x cp x tp, so it must divide them), the plan's
+    dispatcher as `comm_backend` (standard, deepep, hybridep:
+    `make_token_dispatcher_config`)."""
     m = view.model
     if m.moe is None:
         return None, None
@@ -549,11 +552,13 @@ def _experts(
             f"node-limited routing ({moe.node_limit}): the model gives no expert_groups for "
             "torchtitan's num_expert_groups"
         )
-    if moe.node_limit is not None:
-        notes.assume(
-            "the standard all-to-all dispatch (comm_backend standard): a token's copies "
-            "cross the network once per expert, not once per node as the plan priced"
-        )
+    dispatcher = view.training.expert_dispatcher
+    # models/common/config_utils.py make_token_dispatcher_config: standard
+    # (PyTorch all-to-all), deepep, hybridep
+    out["comm_backend"] = dispatcher.value if dispatcher.deduplicates else "standard"
+    if dispatcher.deduplicates:
+        notes.assume(f"comm_backend {dispatcher.value} needs DeepEP installed")
+    expert_comm_notes(view, "torchtitan 0.3.0", notes, dispatcher=False)
     if m.mtp_layers:
         notes.drop(
             f"{m.mtp_layers} multi-token-prediction module(s): torchtitan builds them with a "

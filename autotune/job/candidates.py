@@ -40,6 +40,9 @@ the degree it refuses:
   and the micro-batch count a multiple of `pp` (Megatron-LM's rule);
 - ZeRO above 0 only with data (or context) parallelism: it shards over the
   data x context group;
+- `overlap_expert_comm` (a mixture of experts): no full recomputation,
+  interleaving when pipelined and expert parallelism above 1, as
+  Megatron-Core asserts for its overlap;
 - the layout: every axis must lay out on the hardware (hardware/layout.py:
   the tensor mesh inside one slice of a torus, the rest on whole torus
   dimensions or across slices).
@@ -85,6 +88,20 @@ class Refusals:
     def lines(self) -> list[tuple[str, str, str]]:
         """(degree, value, reason) in the order recorded."""
         return [(d, v, r) for (d, v), r in self.reasons.items()]
+
+
+#: why Megatron-Core's expert all-to-all overlap refuses a configuration
+#: (megatron/core/transformer/transformer_config.py at d98e8a64)
+OVERLAP_REFUSES_FULL = "overlap_expert_comm runs without full recomputation (Megatron-Core)"
+OVERLAP_NEEDS_INTERLEAVE = (
+    "overlap_expert_comm needs interleaved stages (interleave > 1) when pipelined (Megatron-Core)"
+)
+OVERLAP_NEEDS_EXPERTS = "overlap_expert_comm needs expert parallelism above 1 (Megatron-Core)"
+
+
+def _overlapped(inp: JobInput) -> bool:
+    """Whether the expert all-to-alls are overlapped (a MoE model only)."""
+    return inp.training.overlap_expert_comm and inp.model.moe is not None
 
 
 def _pinned_ok(pin: object, value: object) -> bool:
@@ -221,6 +238,9 @@ def enumerate_candidates(
     chips = hw.num_chips
     pinned_rc = t.pinned("recompute")
     modes = [RECOMPUTE_MODES.index(pinned_rc)] if pinned_rc else list(range(3))
+    if _overlapped(inp) and RECOMPUTE_MODES.index("full") in modes:
+        modes.remove(RECOMPUTE_MODES.index("full"))
+        refusals.add("recompute", "full", OVERLAP_REFUSES_FULL)
     degrees = ("data_parallel", "pipeline_parallel", "tensor_parallel", "context_parallel")
     for degree in degrees:
         value = t.pinned(degree)
@@ -322,6 +342,9 @@ def _outer_rows(
                 if not vs:
                     refusals.add("interleave", pinned_v, "needs pipeline stages")
             for v in vs:
+                if v == 1 and pp > 1 and _overlapped(inp):
+                    refusals.add("interleave", v, OVERLAP_NEEDS_INTERLEAVE)
+                    continue
                 if pp * v > layers:
                     refusals.add("interleave", v, f"{pp} x {v} chunks exceed the {layers} layers")
                     continue
@@ -392,7 +415,9 @@ def expert_degrees(
             if not _pinned_ok(pinned, ep):
                 continue
             why = None
-            if moe.num_experts % ep:
+            if ep == 1 and _overlapped(inp):
+                why = OVERLAP_NEEDS_EXPERTS
+            elif moe.num_experts % ep:
                 why = f"does not divide the {moe.num_experts} routed experts"
             elif (
                 pinned is None

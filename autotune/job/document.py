@@ -118,6 +118,8 @@ def to_document(plan: Plan) -> PlanDocument:
             context_parallel_comm=t.context_parallel_comm.value,
             expert_parallel=int(c.get("ep", 1)),
             expert_tensor_parallel=int(c.get("etp", 1)),
+            expert_dispatcher=t.expert_dispatcher.value,
+            overlap_expert_comm=t.overlap_expert_comm,
             pipeline_parallel=pp,
             interleave=v,
             data_parallel=int(c["dp"]),

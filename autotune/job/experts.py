@@ -12,15 +12,19 @@ activations split over the tensor chips, else `b s / cp`):
   (HardwareView.hierarchical_all_to_all_s), each chip sending its `T k`
   token copies (`T k h e` bytes) scaled by the imbalance `I` (the busiest
   rank receives `I` times the mean and the exchange ends when it has);
-  with node-limited routing the inter-node bytes scale by
-  cost_models.moe.node_limited_share. Forward: dispatch + combine;
+  with a deduplicating dispatcher (`expert_dispatcher` deepep or
+  hybridep) the inter-node bytes scale by
+  cost_models.moe.deduplicated_share (a token crosses once per node
+  holding one of its experts; with node-limited routing at most `M`
+  nodes); a plain all-to-all sends every copy. Forward: dispatch + combine;
   backward: the same for the gradients. With expert tensor parallelism
   `etp` (each expert's `F_e` split over `etp` chips, Megatron-Core's
   `--expert-tensor-parallel-size`), each chip's arriving copies are
   all-gathered over its expert-tensor group and the outputs
   reduce-scattered back (cost_models.moe.expert_tensor_gather_bytes), one
   all-gather and one reduce-scatter per pass, priced with the all-to-alls.
-  Exposed (no overlap with compute is modelled);
+  Exposed here; with `overlap_expert_comm` the step hides them behind
+  another micro-batch's computation (job/model.py expert_overlap);
 - the grouped GEMMs of the chip's `E / ep` experts, each with
   `I T k etp ep / E` rows (the busiest rank's) and `F_e / etp` columns, as one batched GEMM per
   matrix in the FC layers' GEMM model (FP8 under an FP8 recipe): forward
@@ -56,11 +60,11 @@ from autotune.specs.training import FcAlgorithm
 from cost_models import ComputeModel
 from cost_models.moe import (
     balanced_imbalance,
+    deduplicated_share,
     dispatch_bytes_per_chip,
     expert_activation_bytes_per_copy,
     expert_params_per_chip,
     expert_tensor_gather_bytes,
-    node_limited_share,
     permutation_bytes,
     routed_tokens_per_chip,
     router_bytes,
@@ -202,7 +206,8 @@ def expert_figures(
     a2a, sent, share = 0.0, 0.0, 1.0
     if ep > 1:
         nodes = _scale_out_nodes(expert_axis, hw.cluster.chips_per_node)
-        share = float(node_limited_share(k, moe.node_limit, nodes))
+        if training.expert_dispatcher.deduplicates:
+            share = deduplicated_share(k, experts, nodes, moe.node_limit)
         sent = float(dispatch_bytes_per_chip(tokens, k, h, e)) * imbalance
         a2a = float(hw.hierarchical_all_to_all_s(expert_axis, sent, scale_out_share=share))
     gathers = 0.0

@@ -14,7 +14,10 @@ step, per chip:
   routed part (job/experts.py: router, all-to-alls over the expert axis,
   grouped GEMMs, permutation) and its dense blocks their wider FFN, counted
   per chunk from where the MoE blocks fall (`kind_counts`), and
-  multi-token-prediction modules run as MoE blocks of the last chunk; and
+  multi-token-prediction modules run as MoE blocks of the last chunk (with
+  `overlap_expert_comm`, a MoE block's all-to-alls hidden behind another
+  micro-batch's computation where the schedule merges their passes:
+  `expert_overlap`); and
   the ends (embedding on the first chunk; final norm, logits and loss on the
   last), looked up per (mesh, micro-batch) key;
 - pipeline: the layers cut into `pp v` chunks (the even split, Megatron-LM's:
@@ -356,6 +359,47 @@ def kind_counts(layers: np.ndarray, moe_flags: tuple[bool, ...]) -> tuple[np.nda
     return moe, whole - moe
 
 
+def merged_fraction(pp: int, v: int, m: np.ndarray | int) -> np.ndarray:
+    """Share of a stage's micro-batch passes that run merged with another
+    micro-batch's opposite pass when the expert all-to-alls are overlapped
+    (Megatron-LM's `--overlap-moe-expert-parallel-comm`: "overlap EP A2A
+    communications with independent computations of different
+    micro-batches in 1f1b phase of pipelining or non-pipelining schedule",
+    megatron/core/model_parallel_config.py at d98e8a64). A stage runs `m v`
+    forwards; the warm-up forwards and as many cool-down backwards run
+    alone: one without pipelining (the first forward; the last backward),
+    `2 (pp - s - 1) + (v - 1) pp` on stage `s` of the interleaved schedule
+    (Megatron-Core's warm-up count), `(pp - 1) + (v - 1) pp` in the stages'
+    mean. So the share is `max(0, m v - w) / (m v)`. Vectorised over `m`."""
+    passes = np.asarray(m, dtype=float) * v
+    warmup = 1.0 if pp == 1 else (pp - 1) + (v - 1) * pp
+    return np.maximum(passes - warmup, 0.0) / passes
+
+
+def expert_overlap(
+    g: dict[str, np.ndarray], f_blk: np.ndarray, b_blk: np.ndarray, merged: np.ndarray
+) -> dict[str, np.ndarray]:
+    """`g` with a MoE block's all-to-all seconds hidden where its passes run
+    merged (merged_fraction): a merged forward and backward of two
+    micro-batches run their all-to-alls `C = x_a2a` (forward and backward)
+    beside the other's computation `W = F_blk + B_blk + x_f + x_b - C`
+    (the block's attention, FFN and experts), so `min(C, W)` of it is
+    hidden, split evenly between the passes; unmerged passes keep theirs::
+
+        hidden = merged * min(C, W)
+
+    Seconds per block and micro-batch."""
+    comm = g["x_a2a"]
+    compute = f_blk + b_blk + g["x_f"] + g["x_b"] - comm
+    hidden = merged * np.minimum(comm, compute)
+    return {
+        **g,
+        "x_f": g["x_f"] - hidden / 2,
+        "x_b": g["x_b"] - hidden / 2,
+        "x_a2a": comm - hidden,
+    }
+
+
 def block_seconds(a: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per-block forward and backward seconds (no recomputation)."""
     return (
@@ -518,6 +562,8 @@ def _price_group(
     fp8 = training.fp8 is not Fp8Recipe.NONE
     fp8_copy_bytes = fp8_weight_copy_bytes_per_param(training.fp8.value) if fp8 else 0.0
     f_blk, b_blk = block_seconds(g)
+    if training.overlap_expert_comm and figs.experts:
+        g = expert_overlap(g, f_blk, b_blk, merged_fraction(pp, v, m_arr))
     if figs.mtp_layers:
         # multi-token-prediction modules: blocks after the last, not recomputed
         counts = counts.copy()

@@ -79,8 +79,20 @@ def experts_line(plan: Plan) -> str:
         f"Experts: {expert_degrees(plan.config)}, {moe.num_experts // ep} of {moe.num_experts} "
         "routed experts per chip" + (f" (1/{etp} of each)" if etp > 1 else "") + ", "
         f"{moe.experts_per_token} per token; busiest rank {x.imbalance:.2f}x the mean ({source}); "
-        f"{x.rows_per_expert:,.0f} tokens per expert per micro-batch"
+        f"{x.rows_per_expert:,.0f} tokens per expert per micro-batch; " + dispatch_words(plan)
     )
+
+
+def dispatch_words(plan: Plan) -> str:
+    """The dispatcher priced, its inter-node byte share and the overlap."""
+    t, x = plan.training, plan.experts
+    assert x is not None
+    words = f"{t.expert_dispatcher.value} dispatcher"
+    if x.scale_out_share < 1.0:
+        words += f" (inter-node bytes x{x.scale_out_share:.2f})"
+    if t.overlap_expert_comm:
+        words += ", all-to-alls overlapped with another micro-batch"
+    return words
 
 
 def _m(plan: Plan, config: dict[str, int | str]) -> int:

@@ -242,6 +242,16 @@ class ConfigurationDoc(_Doc):
         description="Chips each routed expert's weights are split over (expert tensor "
         "parallelism; 1: each expert whole on its chip).",
     )
+    expert_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
+        default="alltoall",
+        description="The token dispatcher priced: alltoall (every copy sent), deepep or "
+        "hybridep (a token sent once to each other node holding one of its experts).",
+    )
+    overlap_expert_comm: bool = Field(
+        default=False,
+        description="The expert all-to-alls hidden behind another micro-batch's computation "
+        "(Megatron-LM's --overlap-moe-expert-parallel-comm).",
+    )
     pipeline_parallel: Degree
     interleave: Degree = Field(description="Model chunks per stage (1: plain 1F1B).")
     data_parallel: Degree

@@ -397,6 +397,29 @@ def expert_tensor_parallel_rule(model: ModelSpec, etp: int) -> tuple[str, str] |
     return None
 
 
+def overlap_expert_comm_rule(model: ModelSpec, training: TrainingInput) -> tuple[str, str] | None:
+    """Why `overlap_expert_comm` cannot hold for this model and training
+    (reason, fix), or None: Megatron-Core's overlap hides expert all-to-alls,
+    so it needs a mixture of experts, and it runs only in bf16 or fp16
+    (megatron/core/transformer/transformer_config.py at d98e8a64: "only
+    supported with bf16 or fp16 model"; a pinned full recomputation, a
+    pinned expert parallelism of 1 and uninterleaved pipeline stages are
+    refused by the search with its other rules)."""
+    if not training.overlap_expert_comm:
+        return None
+    if model.moe is None:
+        return (
+            f"true needs routed experts; the model {model.name!r} has none",
+            "remove overlap_expert_comm (or set it false)",
+        )
+    if training.dtype not in (DType.BF16, DType.FP16):
+        return (
+            f"true runs only in bf16 or fp16, not dtype {training.dtype.value}",
+            "set dtype: bf16 (or overlap_expert_comm: false)",
+        )
+    return None
+
+
 def expert_parallel_rule(model: ModelSpec, ep: int) -> tuple[str, str] | None:
     """Why `ep` expert-parallel chips cannot hold the model's routed experts
     (reason, fix), or None: a dense model takes only 1; a mixture of

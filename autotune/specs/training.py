@@ -71,6 +71,24 @@ class ContextComm(str, Enum):
     A2A = "a2a"
 
 
+class ExpertDispatcher(str, Enum):
+    """How a mixture of experts' tokens reach their experts' ranks
+    (Megatron-LM's `--moe-token-dispatcher-type` and
+    `--moe-flex-dispatcher-backend`): alltoall sends each of a token's `k`
+    copies; deepep and hybridep (the flex dispatcher's backends) send a
+    token once to each other node holding one of its experts and fan it out
+    inside the node (cost_models.moe.deduplicated_share)."""
+
+    ALLTOALL = "alltoall"
+    DEEPEP = "deepep"
+    HYBRIDEP = "hybridep"
+
+    @property
+    def deduplicates(self) -> bool:
+        """Whether a token crosses to another node once, not once per copy."""
+        return self is not ExpertDispatcher.ALLTOALL
+
+
 class FcAlgorithm(str, Enum):
     """How the FC layers are sharded over the tensor-parallel chips."""
 
@@ -127,6 +145,21 @@ class StepSettings(Spec):
         description="Context parallelism's key/value exchange: p2p (ring attention, overlapped "
         "with the attention core), all_gather or a2a (DeepSpeed-Ulysses; heads divided over the "
         "group). Megatron-LM's --cp-comm-type.",
+    )
+    expert_dispatcher: ExpertDispatcher = Field(
+        default=ExpertDispatcher.ALLTOALL,
+        strict=False,
+        description="A mixture of experts' token dispatcher: alltoall (each of a token's "
+        "copies sent), deepep or hybridep (a token sent once to each other node holding one "
+        "of its experts; Megatron-LM's flex dispatcher). Node-limited routing saves "
+        "inter-node bytes only with deepep or hybridep.",
+    )
+    overlap_expert_comm: bool = Field(
+        default=False,
+        description="Hide the expert all-to-alls of one micro-batch behind the computation of "
+        "the next (Megatron-LM's --overlap-moe-expert-parallel-comm: the forward of one "
+        "micro-batch runs merged with the backward of another in the 1F1B steady state). Its "
+        "rules: no full recomputation, interleaved stages when pipelined, bf16 or fp16.",
     )
     dropout: bool = Field(
         default=False, description="Dropout after attention and projections (GPT-3 style)."

@@ -1,0 +1,263 @@
+"""The expert dispatcher and the expert all-to-all overlap: a token sent
+once per node by a deduplicating dispatcher (cost_models.moe.
+deduplicated_share), the all-to-alls hidden behind another micro-batch's
+computation (job/model.py merged_fraction, expert_overlap), the rules
+Megatron-Core enforces for the overlap, and the exports."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_moe import MINI_MOE
+
+from autotune.job.model import expert_overlap, merged_fraction
+from cost_models.moe import deduplicated_share
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_deduplicated_share_by_hand() -> None:
+    # 2 nodes of 64 of Qwen3-30B's 128 experts, top-8: a token misses the
+    # other node with probability C(64, 8) / C(128, 8)
+    q = math.comb(64, 8) / math.comb(128, 8)
+    assert deduplicated_share(8, 128, 2, None) == pytest.approx(2 * (1 - q) / 8)
+    assert deduplicated_share(8, 128, 2, None) == pytest.approx(0.2492, abs=1e-4)
+    # 8 experts on 2 nodes, top-2: a plain all-to-all sends 1 copy off-node
+    # on average; a deduplicating one sends the token when either expert is
+    # there, 1 - C(4, 2) / C(8, 2) = 22 / 28
+    assert deduplicated_share(2, 8, 2, None) == pytest.approx(22 / 28)
+    # one expert per token: nothing to deduplicate; one node: no network
+    assert deduplicated_share(1, 8, 4, None) == pytest.approx(1.0)
+    assert deduplicated_share(8, 256, 1, None) == 1.0
+    # DeepSeek-V3's node limit: 4 of 8 nodes, top-8: M / k
+    assert deduplicated_share(8, 256, 8, 4) == 0.5
+    # the limit no tighter than the group: the plain deduplicated share
+    q8 = math.comb(224, 8) / math.comb(256, 8)
+    assert deduplicated_share(8, 256, 4, 4) == pytest.approx(
+        4 * (1 - math.comb(192, 8) / math.comb(256, 8)) / 8
+    )
+    assert deduplicated_share(8, 256, 8, None) == pytest.approx(8 * (1 - q8) / 8)
+
+
+@pytest.mark.parametrize(("k", "experts", "nodes"), [(8, 128, 2), (8, 256, 8), (2, 16, 4)])
+def test_deduplicated_share_against_a_simulation(k: int, experts: int, nodes: int) -> None:
+    """Tokens with uniformly drawn top-k experts: remote nodes reached over
+    remote copies."""
+    rng = np.random.default_rng(0)
+    per_node = experts // nodes
+    copies = reached = 0
+    for _ in range(20000):
+        home = rng.integers(nodes)
+        chosen = rng.choice(experts, size=k, replace=False) // per_node
+        copies += int(np.sum(chosen != home))
+        reached += len(set(chosen.tolist()) - {int(home)})
+    assert deduplicated_share(k, experts, nodes, None) == pytest.approx(reached / copies, rel=0.02)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    k=st.integers(1, 16),
+    per_node=st.integers(1, 64),
+    nodes=st.integers(1, 64),
+)
+def test_deduplicated_share_is_a_share(k: int, per_node: int, nodes: int) -> None:
+    experts = per_node * nodes
+    if k > experts:
+        return
+    share = deduplicated_share(k, experts, nodes, None)
+    assert 0.0 < share <= 1.0
+    # a token reaches at most min(k, N - 1) other nodes of its k (N-1)/N copies
+    if nodes > 1:
+        assert share <= min(k, nodes - 1) / (k * (nodes - 1) / nodes) + 1e-12
+
+
+def test_merged_fraction_by_hand() -> None:
+    # no pipelining: the first forward and the last backward run alone
+    assert merged_fraction(1, 1, 8) == pytest.approx(7 / 8)
+    # 4 stages x 2 chunks, 8 micro-batches: 16 passes, the stages' mean
+    # warm-up (4 - 1) + (2 - 1) 4 = 7
+    assert merged_fraction(4, 2, 8) == pytest.approx(9 / 16)
+    # all warm-up: nothing merged
+    assert merged_fraction(8, 2, 1) == 0.0
+    np.testing.assert_allclose(merged_fraction(1, 1, np.array([1, 2, 4])), [0.0, 0.5, 0.75])
+
+
+def test_expert_overlap_by_hand() -> None:
+    one = np.ones(1)
+    # compute-bound: C = 4 (2 per pass), W = 1 + 2 + 3 + 5 - 4 = 7, half the
+    # passes merged: 2 s hidden, 1 s from each pass
+    g = {"x_f": 3 * one, "x_b": 5 * one, "x_a2a": 4 * one, "other": 9 * one}
+    out = expert_overlap(g, 1 * one, 2 * one, 0.5 * one)
+    assert (out["x_f"][0], out["x_b"][0], out["x_a2a"][0]) == (2.0, 4.0, 2.0)
+    assert out["other"][0] == 9.0
+    # communication-bound: C = 10, W = 0.5 + 0.5 + 6 + 7 - 10 = 4, all
+    # merged: 4 s hidden, 6 s still exposed
+    g = {"x_f": 6 * one, "x_b": 7 * one, "x_a2a": 10 * one}
+    out = expert_overlap(g, 0.5 * one, 0.5 * one, one)
+    assert (out["x_f"][0], out["x_b"][0], out["x_a2a"][0]) == (4.0, 5.0, 6.0)
+
+
+def _training(**extra: object) -> dict:
+    from planning import pinned
+
+    return pinned(
+        {
+            "global_batch_sequences": 32,
+            "sequence_length": 1024,
+            "tensor_parallel": 1,
+            "data_parallel": 16,
+            "expert_parallel": 16,
+            "micro_batch_size": 1,
+            **extra,
+        }
+    )
+
+
+def test_a_deduplicating_dispatcher_scales_the_inter_node_bytes(tmp_path: Path) -> None:
+    """EP 16 over two HGX nodes: the NIC level's bytes scale by the
+    deduplicated share; a plain all-to-all sends every copy, node-limited
+    routing or not."""
+    from planning import plan_for, write_plan
+
+    from autotune.job.hardware import hardware_view
+    from autotune.loading import load_plan_input
+
+    plain = plan_for(tmp_path, MINI_MOE, _training(), "h100-hgx-2n")
+    dedup = plan_for(tmp_path, MINI_MOE, _training(expert_dispatcher="deepep"), "h100-hgx-2n")
+    assert plain.experts is not None and dedup.experts is not None
+    assert plain.experts.scale_out_share == 1.0
+    share = deduplicated_share(2, 16, 2, None)
+    assert dedup.experts.scale_out_share == pytest.approx(share)
+    # by hand: 7 pieces of B / 16 over NVSwitch, one of 8 B / 16 x share over the NIC
+    path = write_plan(tmp_path, MINI_MOE, _training(), "h100-hgx-2n", name="hw.yaml")
+    hw = hardware_view(load_plan_input(path))
+    axis = next(a for a in plain.layout.axes if a.axis.value == "expert")
+    sent = plain.experts.all_to_all_bytes
+    for plan, s in ((plain, 1.0), (dedup, share)):
+        one = float(hw.hierarchical_all_to_all_s(axis, sent, scale_out_share=s))
+        assert plan.experts.all_to_all_forward_s == pytest.approx(2 * one)
+    assert dedup.step_s < plain.step_s
+    limited = {**MINI_MOE, "moe": {**MINI_MOE["moe"], "node_limit": 1, "expert_groups": 2}}
+    plan = plan_for(tmp_path, limited, _training(), "h100-hgx-2n")
+    assert plan.experts is not None and plan.experts.scale_out_share == 1.0
+
+
+def test_overlap_hides_the_all_to_alls_in_the_step(tmp_path: Path) -> None:
+    """One stage, m = 2 micro-batches: half the passes merge, and each
+    merged pair hides min(C, W) (per block and micro-batch; both scale with
+    the m L blocks the step adds up)."""
+    from planning import plan_for
+
+    off = plan_for(tmp_path, MINI_MOE, _training(), "h100-hgx-2n")
+    on = plan_for(tmp_path, MINI_MOE, _training(overlap_expert_comm=True), "h100-hgx-2n")
+    comm = off.parts["ep_comm_s"]
+    work = sum(
+        off.parts[k]
+        for k in ("fc_compute_s", "tp_comm_s", "attention_s", "elementwise_s", "expert_s")
+        if k in off.parts
+    )
+    hidden = 0.5 * min(comm, work)
+    assert on.parts["ep_comm_s"] == pytest.approx(comm - hidden)
+    assert on.parts["expert_s"] == pytest.approx(off.parts["expert_s"])
+    assert on.step_s == pytest.approx(off.step_s - hidden)
+
+
+def test_overlap_rules(tmp_path: Path) -> None:
+    """Megatron-Core's rules: full recomputation, uninterleaved stages and
+    EP 1 refused in the search; a dense model and fp32 refused at load."""
+    from clirun import assert_one_line_error, run_cli
+    from planning import write_plan
+
+    cases = [
+        ({"recompute": "full"}, "overlap_expert_comm runs without full recomputation"),
+        (
+            {"pipeline_parallel": 2, "data_parallel": 8, "expert_parallel": 8},
+            "overlap_expert_comm needs interleaved stages",
+        ),
+        ({"expert_parallel": 1}, "overlap_expert_comm needs expert parallelism above 1"),
+    ]
+    for i, (change, reason) in enumerate(cases):
+        training = _training(overlap_expert_comm=True, **change)
+        path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n", name=f"p{i}.yaml")
+        assert_one_line_error(run_cli("plan", str(path)), reason)
+    dense = {k: v for k, v in MINI_MOE.items() if k != "moe"}
+    training = {"global_batch_sequences": 32, "sequence_length": 1024, "overlap_expert_comm": True}
+    path = write_plan(tmp_path, dense, training, "h100-hgx-2n", name="dense.yaml")
+    assert_one_line_error(
+        run_cli("plan", str(path)),
+        "training.overlap_expert_comm: got True; true needs routed experts",
+        "fix: remove overlap_expert_comm",
+    )
+    path = write_plan(
+        tmp_path, MINI_MOE, {**training, "dtype": "fp32"}, "h100-hgx-2n", name="f.yaml"
+    )
+    assert_one_line_error(
+        run_cli("plan", str(path)), "runs only in bf16 or fp16, not dtype fp32", "set dtype: bf16"
+    )
+
+
+def test_overlap_in_the_search_skips_full_recomputation(tmp_path: Path) -> None:
+    from planning import plan_for
+
+    training = {"global_batch_sequences": 32, "sequence_length": 1024, "overlap_expert_comm": True}
+    plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx-2n")
+    assert plan.recompute != "full" and int(plan.config["ep"]) > 1
+    refused = {(d, v) for d, v, _ in plan.outcome.refusals.lines()}
+    assert ("recompute", "full") in refused
+
+
+def _megatron_words(text: str) -> list[str]:
+    body = re.search(r"^MEGATRON_ARGS=\(\n(.*?)^\)$", text, re.S | re.M)
+    assert body
+    return shlex.split(body.group(1))
+
+
+def test_dispatcher_and_overlap_in_the_exports(tmp_path: Path) -> None:
+    """Megatron-LM: the flex dispatcher with its backend, the overlap flag
+    (each in its parser at d98e8a64) and 32 CUDA connections; torchtitan:
+    the backend as comm_backend, the overlap not expressed; MaxText and
+    MindFormers: neither."""
+    from click.testing import CliRunner
+    from planning import write_plan
+
+    from autotune.cli import main
+
+    training = _training(expert_dispatcher="hybridep", overlap_expert_comm=True)
+    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n")
+    doc = tmp_path / "plan.json"
+    runner = CliRunner()
+    assert runner.invoke(main, ["plan", str(path), "--out", str(doc)]).exit_code == 0
+    config = json.loads(doc.read_text())["configuration"]
+    assert (config["expert_dispatcher"], config["overlap_expert_comm"]) == ("hybridep", True)
+    out = tmp_path / "megatron"
+    result = runner.invoke(main, ["export", str(doc), "--to", "megatron", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = (out / "megatron_args.sh").read_text()
+    words = _megatron_words(text)
+    flags = json.loads((REPO / "tests/fixtures/formats/megatron-arguments.json").read_text())
+    for flag in ("--moe-flex-dispatcher-backend", "--overlap-moe-expert-parallel-comm"):
+        assert flag in words and flag in flags["flags"]
+    assert words[words.index("--moe-token-dispatcher-type") + 1] == "flex"
+    assert words[words.index("--moe-flex-dispatcher-backend") + 1] == "hybridep"
+    assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=32\n" in text
+    result = runner.invoke(
+        main, ["export", str(doc), "--to", "torchtitan", "--out", str(tmp_path / "tt")]
+    )
+    said = " ".join(result.output.split())
+    module = next((tmp_path / "tt").glob("*.py")).read_text()
+    assert "'comm_backend': 'hybridep'" in module
+    assert "overlap_expert_comm: torchtitan 0.3.0 has no schedule" in said
+    for target in ("maxtext", "mindformers"):
+        result = runner.invoke(
+            main, ["export", str(doc), "--to", target, "--out", str(tmp_path / target)]
+        )
+        said = " ".join(result.output.split())
+        assert "expert_dispatcher hybridep:" in said and "overlap_expert_comm:" in said, target
