@@ -6,7 +6,9 @@ public H100 microbenchmarks, calibration_data/measured/README.md).
 
 Each run is planned with what its source states pinned (tensor, pipeline,
 context, data and expert parallelism, micro-batch, virtual stages,
-precision) and the rest (recomputation, ZeRO stage) left to the planner,
+precision; the dispatcher, the expert all-to-all overlap and DeepSeek-V3's
+multi-token prediction from the Megatron-Bridge recipe of its release) and
+the rest (recomputation, ZeRO stage) left to the planner,
 with Megatron-LM's 1D tensor parallelism and its even layer split. The
 source force-balances the
 tokens over the experts, so every model sets `expert_imbalance: 1`.
@@ -33,17 +35,18 @@ FIXTURE = REPO / "tests" / "fixtures" / "published_moe" / "rows.yaml"
 CALIBRATION = "h100-measured"
 STEP_TARGET = 0.15
 # The record of the current figures, so a change that makes them worse
-# fails (docs/accuracy.md): the target is NOT met (median 31.9%, largest
-# 54.7%). Rows whose expert group stays in a node are predicted 28-55% fast
-# (routing, permutation and grouped-GEMM work priced at HBM and plain-GEMM
-# rates); rows whose group spans nodes 12-36% slow, with the all-to-all
-# 31-71% of the predicted step, priced exposed on one NIC rail per GPU.
-STEP_RECORD = (0.33, 0.55)
+# fails (docs/accuracy.md): the target is NOT met (median 30.8%, largest
+# 57.0%). The three large models' rows (expert groups over 4-8 nodes, the
+# runs' dispatcher and all-to-all overlap priced) are within 6-12%
+# (SPANNING_RECORD); the fine-grained models' rows (Qwen3-30B-A3B,
+# gpt-oss-120b) are 28-57% fast: fixed per-kernel costs the model leaves out.
+STEP_RECORD = (0.31, 0.58)
+SPANNING_RECORD = 0.12
 
 pytestmark = pytest.mark.slow
 
 
-def _model(key: str, models: dict) -> dict:
+def _model(key: str, models: dict, mtp_layers: int = 0) -> dict:
     m = models[key]
     if isinstance(m, str):
         spec = load_model_spec(REPO / m).model_dump(mode="json")
@@ -55,7 +58,9 @@ def _model(key: str, models: dict) -> dict:
             "position_encoding": "rotary",
         }
     spec["moe"] = {**spec["moe"], "expert_imbalance": 1.0}
-    spec.pop("mtp_layers", None)  # the tables name MTP where a run has it
+    spec.pop("mtp_layers", None)
+    if mtp_layers:  # the row's recipe builds them (README.md "Recipes")
+        spec["mtp_layers"] = mtp_layers
     return spec
 
 
@@ -75,6 +80,10 @@ def _training(row: dict) -> tuple[dict, float]:
         "pipeline_parallel": row["pp"],
         "data_parallel": dp,
         "expert_parallel": row["ep"],
+        # the release's recipe (README.md "Recipes"): the dispatcher and
+        # Megatron-LM's expert all-to-all overlap
+        "expert_dispatcher": row["dispatcher"],
+        "overlap_expert_comm": row["overlap"],
         "interleave": row["vp"] or 1,
         "micro_batch_size": row["mbs"],
         # no row states a layer split: Megatron-LM's default, even over the
@@ -86,7 +95,7 @@ def _training(row: dict) -> tuple[dict, float]:
 
 def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
     data = yaml.safe_load(FIXTURE.read_text())
-    errors = []
+    errors, spanning = [], []
     print(
         "\nrow                   GPUs  TPxPPxDP (EP)   mbs  measured   predicted  error   a2a share"
     )
@@ -94,11 +103,14 @@ def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
         training, measured_s = _training(row)
         cluster = f"h100-hgx-{row['gpus'] // 8}n"
         plan = plan_for(
-            tmp_path, _model(row["model"], data["models"]), training, cluster,
+            tmp_path, _model(row["model"], data["models"], row.get("mtp_layers", 0)),
+            training, cluster,
             calibration=CALIBRATION,
         )  # fmt: skip
         err = plan.step_s / measured_s - 1.0
         errors.append(abs(err))
+        if row["ep"] >= 32:
+            spanning.append(abs(err))
         layout = f"{row['tp']}x{row['pp']}x{training['data_parallel']} ({row['ep']})"
         a2a = plan.parts["ep_comm_s"] / plan.step_s
         print(
@@ -114,3 +126,4 @@ def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
     )
     assert median <= STEP_RECORD[0]
     assert max(errors) <= STEP_RECORD[1]
+    assert len(spanning) == 3 and max(spanning) <= SPANNING_RECORD
