@@ -128,6 +128,7 @@ def test_a_deduplicating_dispatcher_scales_the_inter_node_bytes(tmp_path: Path) 
     from planning import plan_for, write_plan
 
     from autotune.job.hardware import hardware_view
+    from autotune.job.report import dispatch_words
     from autotune.loading import load_plan_input
 
     plain = plan_for(tmp_path, MINI_MOE, _training(), "h100-hgx-2n")
@@ -145,6 +146,10 @@ def test_a_deduplicating_dispatcher_scales_the_inter_node_bytes(tmp_path: Path) 
         one = float(hw.hierarchical_all_to_all_s(axis, sent, scale_out_share=s))
         assert plan.experts.all_to_all_forward_s == pytest.approx(2 * one)
     assert dedup.step_s < plain.step_s
+    # the report names the dispatcher the plan priced: 1 - C(8, 2) / C(16, 2)
+    assert share == pytest.approx(1 - 28 / 120)
+    assert dispatch_words(dedup) == "deepep dispatcher (inter-node bytes x0.77)"
+    assert dispatch_words(plain) == "alltoall dispatcher"
     limited = {**MINI_MOE, "moe": {**MINI_MOE["moe"], "node_limit": 1, "expert_groups": 2}}
     plan = plan_for(tmp_path, limited, _training(), "h100-hgx-2n")
     assert plan.experts is not None and plan.experts.scale_out_share == 1.0

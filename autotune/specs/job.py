@@ -271,10 +271,10 @@ class TrainingInput(StepSettings):
         micro_batches = None
         if mbs is None:
             micro_batches = self.micro_batches or 1
+        # every step setting as given (the fields both specs share)
+        settings = {name: getattr(self, name) for name in StepSettings.model_fields}
         return TrainingSpec(
-            global_batch_sequences=self.global_batch_sequences,
-            sequence_length=self.sequence_length,
-            dtype=self.dtype,
+            **settings,
             data_parallel=dp,
             pipeline_parallel=pipeline_parallel or self.pinned("pipeline_parallel") or 1,
             context_parallel=context_parallel or self.pinned("context_parallel") or 1,
@@ -287,19 +287,6 @@ class TrainingInput(StepSettings):
             interleave=interleave or self.pinned("interleave") or 1,
             recompute=Recompute(recompute or self.pinned("recompute") or "none"),
             zero_stage=zero_stage if zero_stage is not None else self.pinned("zero_stage") or 0,
-            attention=self.attention,
-            fc_algorithm=self.fc_algorithm,
-            sequence_parallel=self.sequence_parallel,
-            context_parallel_comm=self.context_parallel_comm,
-            fp8=self.fp8,
-            fp8_param_gather=self.fp8_param_gather,
-            dropout=self.dropout,
-            fp32_gradients=self.fp32_gradients,
-            overlap_tensor_backward=self.overlap_tensor_backward,
-            pipeline_scatter_gather=self.pipeline_scatter_gather,
-            overlap_data_parallel=self.overlap_data_parallel,
-            workspace_gib=self.workspace_gib,
-            memory_reserve_fraction=self.memory_reserve_fraction,
         )
 
     @property
