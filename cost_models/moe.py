@@ -45,6 +45,30 @@ def tokens_per_expert(
     return routed_tokens_per_chip(tokens, top_k, etp) / local
 
 
+MEASURED_ROUTING_IMBALANCE = 1.30
+"""Busiest expert-parallel rank's tokens over the mean with learned routing
+and no balancer: the lowest of the inter-rank imbalances UltraEP measured
+(Wei et al., arXiv:2606.04101 v3, abstract: "reducing the final inter-rank
+imbalance from 1.30-4.01 to 1.01-1.04", MoE models of 106B to 671B
+parameters in training and prefill; the max : mean per rank of
+Dots-Infra/UltraEP docs/blog_v1.md line 15 at 94cab099, its training runs
+at EP 64 on Megatron-LM, line 153). The planner's default where a model
+gives neither `expert_imbalance` nor a capacity factor: real runs are at
+least this skewed (measured up to 4.01), forced-balance benchmarks at 1.
+Dimensionless."""
+
+
+def default_imbalance(mean_tokens_per_rank: ArrayLike, ranks: ArrayLike) -> np.ndarray:
+    """The imbalance priced when a model states none: the measured
+    real-routing figure (MEASURED_ROUTING_IMBALANCE) over more than one
+    rank, never below the balanced-routing floor (balanced_imbalance, which
+    exceeds it only for a few tokens per rank); 1 on one rank.
+    Dimensionless. Vectorised."""
+    floor = balanced_imbalance(mean_tokens_per_rank, ranks)
+    r = np.asarray(ranks, dtype=float)
+    return np.where(r > 1, np.maximum(floor, MEASURED_ROUTING_IMBALANCE), floor)
+
+
 def balanced_imbalance(mean_tokens_per_rank: ArrayLike, ranks: ArrayLike) -> np.ndarray:
     """Busiest rank's routed tokens over the mean when every copy picks one
     of `R` ranks uniformly at random (a router that balances perfectly on

@@ -259,6 +259,34 @@ def test_balanced_imbalance_falls_with_tokens(n1: float, n2: float, ranks: int) 
     assert 1.0 <= b <= a
 
 
+def test_default_imbalance_is_the_measured_real_routing_figure(tmp_path: Path) -> None:
+    """A model stating no imbalance is priced at UltraEP's lowest measured
+    real-routing imbalance, 1.30 (arXiv:2606.04101), unless the balanced
+    floor is higher (few tokens per rank); one rank: 1."""
+    import math
+
+    from planning import pinned, plan_for
+
+    from cost_models.moe import default_imbalance
+
+    floor = 1 + math.sqrt(2 * math.log(8) * (7 / 8) / 4096)  # 1.03
+    assert float(balanced_imbalance(4096, 8)) == pytest.approx(floor)
+    assert float(default_imbalance(4096, 8)) == 1.30
+    few = 1 + math.sqrt(2 * math.log(64) * (63 / 64) / 2)  # 3.02
+    assert float(default_imbalance(2, 64)) == pytest.approx(few)
+    assert float(default_imbalance(4096, 1)) == 1.0
+    training = pinned(
+        {"global_batch_sequences": 16, "sequence_length": 1024, "data_parallel": 8,
+         "tensor_parallel": 1, "expert_parallel": 8}
+    )  # fmt: skip
+    plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx")
+    assert plan.experts is not None and plan.experts.imbalance == 1.30
+    forced = {**MINI_MOE, "moe": {**MINI_MOE["moe"], "expert_imbalance": 1.0}}
+    balanced = plan_for(tmp_path, forced, training, "h100-hgx")
+    assert balanced.experts is not None and balanced.experts.imbalance == 1.0
+    assert balanced.step_s < plan.step_s
+
+
 def test_grouped_gemm_flops_on_a_roofline() -> None:
     from autotune.job.experts import grouped_gemm_s
     from cost_models import ComputeModel
@@ -553,20 +581,37 @@ def test_cli_an_impossible_expert_layout_exits_2(tmp_path: Path) -> None:
 def test_moe_examples_choose_expert_parallelism_and_verify(
     example_plans: dict[str, Path], example: str
 ) -> None:
-    """The bundled MoE examples (every degree searched) choose expert
-    parallelism above 1, and `meshtune verify` runs their planned dense
-    GEMMs on the mesh emulator."""
+    """The bundled MoE examples (every degree searched) plan, and `meshtune
+    verify` runs their planned dense GEMMs on the mesh emulator.
+    DeepSeek-V3 chooses expert parallelism above 1; Mixtral 8x7B on 32 GPUs
+    keeps its 8 experts on every GPU (EP 1) at the real-routing default
+    imbalance, the busiest rank's 1.30x costing EP 8 more than it saves,
+    and spreads them (EP above 1) for a forced-balance run."""
     import json
 
     from clirun import run_cli
 
     doc = json.loads(example_plans[example].read_text())
-    assert doc["configuration"]["expert_parallel"] > 1
+    ep = doc["configuration"]["expert_parallel"]
+    assert ep > 1 if example == "deepseek-v3-h100" else ep == 1
     axes = {a["axis"] for a in doc["layout"]["axes"]}
     assert {"expert", "expert_data"} <= axes
     run = run_cli("verify", str(example_plans[example]))
     assert run.exit_code == 0, run.stderr
     assert "GEMMs match" in run.stdout
+
+
+@pytest.mark.slow
+def test_mixtral_example_spreads_its_experts_under_forced_balance(tmp_path: Path) -> None:
+    import yaml
+    from planning import plan_for
+
+    example = yaml.safe_load((REPO / "examples" / "mixtral-8x7b-h100.yaml").read_text())
+    model = str(REPO / "examples" / example["model"])
+    spec = load_model_spec(model).model_dump(mode="json")
+    spec["moe"] = {**spec["moe"], "expert_imbalance": 1.0}
+    plan = plan_for(tmp_path, spec, example["training"], example["cluster"])
+    assert int(plan.config["ep"]) > 1
 
 
 def test_expert_all_to_all_uses_the_calibrations_all_to_all_entry(tmp_path: Path) -> None:

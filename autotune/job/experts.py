@@ -59,8 +59,8 @@ from autotune.specs.model_params import ffn_matrices
 from autotune.specs.training import FcAlgorithm
 from cost_models import ComputeModel
 from cost_models.moe import (
-    balanced_imbalance,
     deduplicated_share,
+    default_imbalance,
     dispatch_bytes_per_chip,
     expert_activation_bytes_per_copy,
     expert_params_per_chip,
@@ -147,15 +147,15 @@ def grouped_gemm_dims(
 def imbalance_of(model: ModelSpec, mean_copies_per_rank: float, ep: int) -> float:
     """Busiest expert-parallel rank's routed tokens over the mean: the
     model's `expert_imbalance` when given, else its capacity factor (every
-    expert padded to capacity), else the balanced-routing floor
-    (cost_models.moe.balanced_imbalance)."""
+    expert padded to capacity), else the measured real-routing default
+    (cost_models.moe.default_imbalance)."""
     moe = model.moe
     assert moe is not None
     if moe.expert_imbalance is not None:
         return moe.expert_imbalance
     if moe.capacity_factor is not None:
         return moe.capacity_factor
-    return float(balanced_imbalance(mean_copies_per_rank, ep))
+    return float(default_imbalance(mean_copies_per_rank, ep))
 
 
 def _scale_out_nodes(axis: AxisLayout, chips_per_node: int | None) -> int:

@@ -74,7 +74,10 @@ def experts_line(plan: Plan) -> str:
     elif moe.capacity_factor is not None:
         source = "the capacity factor"
     else:
-        source = "balanced-routing floor; set moe.expert_imbalance from your runs"
+        source = (
+            "real-routing default, UltraEP's lowest measured; set moe.expert_imbalance from "
+            "your runs, 1 for forced balance"
+        )
     return (
         f"Experts: {expert_degrees(plan.config)}, {moe.num_experts // ep} of {moe.num_experts} "
         "routed experts per chip" + (f" (1/{etp} of each)" if etp > 1 else "") + ", "

@@ -83,8 +83,9 @@ class MoeSpec(Spec):
         ge=1.0,
         le=MAX_FACTOR,
         description="Busiest expert-parallel rank's routed tokens over the mean, as measured "
-        "in your runs; omitted means the capacity factor when set, else the balanced-routing "
-        "floor (cost_models.moe.balanced_imbalance). Range: 1 to 1000.",
+        "in your runs (1 for forced balance); omitted means the capacity factor when set, else "
+        "1.30, the lowest real-routing imbalance UltraEP measured (arXiv:2606.04101; "
+        "cost_models.moe.default_imbalance). Range: 1 to 1000.",
     )
     node_limit: int | None = Field(
         default=None,
