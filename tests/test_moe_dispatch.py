@@ -266,3 +266,42 @@ def test_dispatcher_and_overlap_in_the_exports(tmp_path: Path) -> None:
         )
         said = " ".join(result.output.split())
         assert "expert_dispatcher hybridep:" in said and "overlap_expert_comm:" in said, target
+
+
+def test_the_balancer_sees_the_hidden_all_to_alls(tmp_path: Path) -> None:
+    """With the overlap, the pipeline balancer's MoE block seconds are the
+    step model's: what it hides per block, times the stage's four MoE
+    blocks and eight micro-batches, is what the step's all-to-all part
+    loses."""
+    from planning import pinned, plan_for
+
+    from autotune.job.model import Candidates
+    from autotune.job.search import _balance_figures
+    from autotune.specs.job import RECOMPUTE_MODES
+
+    model = {**MINI_MOE, "num_layers": 8}
+    training = pinned(
+        {
+            "global_batch_sequences": 32,
+            "sequence_length": 1024,
+            "tensor_parallel": 1,
+            "pipeline_parallel": 2,
+            "interleave": 2,
+            "data_parallel": 4,
+            "expert_parallel": 4,
+            "micro_batch_size": 1,
+            "layer_split": "even",
+        }
+    )
+    off = plan_for(tmp_path, model, training, "h100-hgx")
+    on = plan_for(tmp_path, model, {**training, "overlap_expert_comm": True}, "h100-hgx")
+
+    def moe_seconds(plan) -> float:
+        row = {**plan.config, "recompute": RECOMPUTE_MODES.index(str(plan.config["recompute"]))}
+        f = _balance_figures(plan.inp, plan.hw, Candidates.of([row]), plan.outcome.figures, 0)
+        return f.moe_forward_s + f.moe_backward_s
+
+    hidden = moe_seconds(off) - moe_seconds(on)
+    assert hidden > 0
+    lost = off.parts["ep_comm_s"] - on.parts["ep_comm_s"]
+    assert lost == pytest.approx(8 * 4 * hidden, rel=1e-9)

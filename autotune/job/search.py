@@ -57,7 +57,9 @@ from autotune.job.model import (
     Priced,
     block_seconds,
     data_parallel_floor_s,
+    expert_overlap,
     gather_figures,
+    merged_fraction,
     pipeline_send_s,
     price,
 )
@@ -254,6 +256,17 @@ def _balance_figures(
         fp8_copies = fp8_weight_copy_bytes_per_param(t.fp8.value) / divided
     zero = int(one.zero[0])
     forward_s, backward_s = (float(x) for x in block_seconds(a))
+    m = t.global_batch_sequences // (int(one.dp[0]) * int(one.mbs[0]))
+    if figs.moe_flags and t.overlap_expert_comm:
+        # the all-to-alls the step model hides (job/model.py expert_overlap)
+        merged = merged_fraction(int(one.pp[0]), int(one.v[0]), m)
+        hidden = expert_overlap(
+            {k: np.array([a[k]]) for k in ("x_f", "x_b", "x_a2a")},
+            np.array([forward_s]),
+            np.array([backward_s]),
+            merged,
+        )
+        a["x_f"], a["x_b"] = float(hidden["x_f"][0]), float(hidden["x_b"][0])
     constant = a["fc_buf"] + a["cp_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
     experts: dict = {}
     tail_f, tail_b, tail_state = a["tail_f"], a["tail_b"], a["tail_p"] * per_param + a["tail_x"]
@@ -286,7 +299,7 @@ def _balance_figures(
         num_layers=inp.model.num_layers,
         pp=int(one.pp[0]),
         v=int(one.v[0]),
-        m=t.global_batch_sequences // (int(one.dp[0]) * int(one.mbs[0])),
+        m=m,
         forward_s=forward_s,
         backward_s=backward_s,
         recompute_s=rec,  # type: ignore[arg-type]
