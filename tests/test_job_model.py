@@ -140,6 +140,12 @@ CASES = {
     "llama, megatron-1d": (LLAMA, "h100-hgx-2n", None, {"fc_algorithm": "megatron-1d"}),
     "gpt, tpu v5p 2 slices": (GPT, "tpu-v5p-256-2s", None, {}),
     "moe, h100 2 nodes": (MOE, "h100-hgx-2n", None, {}),
+    "moe overlapped, deepep, h100 2 nodes": (
+        MOE,
+        "h100-hgx-2n",
+        None,
+        {"overlap_expert_comm": True, "expert_dispatcher": "deepep"},
+    ),
     "moe, tpu v5p 2 slices": (MOE, "tpu-v5p-256-2s", None, {}),
 }
 

@@ -359,7 +359,7 @@ def kind_counts(layers: np.ndarray, moe_flags: tuple[bool, ...]) -> tuple[np.nda
     return moe, whole - moe
 
 
-def merged_fraction(pp: int, v: int, m: np.ndarray | int) -> np.ndarray:
+def merged_fraction(pp: int | np.ndarray, v: int | np.ndarray, m: np.ndarray | int) -> np.ndarray:
     """Share of a stage's micro-batch passes that run merged with another
     micro-batch's opposite pass when the expert all-to-alls are overlapped
     (Megatron-LM's `--overlap-moe-expert-parallel-comm`: "overlap EP A2A
@@ -370,9 +370,10 @@ def merged_fraction(pp: int, v: int, m: np.ndarray | int) -> np.ndarray:
     alone: one without pipelining (the first forward; the last backward),
     `2 (pp - s - 1) + (v - 1) pp` on stage `s` of the interleaved schedule
     (Megatron-Core's warm-up count), `(pp - 1) + (v - 1) pp` in the stages'
-    mean. So the share is `max(0, m v - w) / (m v)`. Vectorised over `m`."""
-    passes = np.asarray(m, dtype=float) * v
-    warmup = 1.0 if pp == 1 else (pp - 1) + (v - 1) * pp
+    mean. So the share is `max(0, m v - w) / (m v)`. Vectorised."""
+    pp_f, v_f = np.asarray(pp, dtype=float), np.asarray(v, dtype=float)
+    passes = np.asarray(m, dtype=float) * v_f
+    warmup = np.where(pp_f == 1, 1.0, (pp_f - 1) + (v_f - 1) * pp_f)
     return np.maximum(passes - warmup, 0.0) / passes
 
 
