@@ -329,6 +329,44 @@ def _check_experts(loaded: dict, doc: dict) -> None:
     assert got == expected
 
 
+@pytest.mark.parametrize(("dispatcher", "overlap"), [("hybridep", True), ("alltoall", False)])
+def test_megatron_loads_the_expert_dispatcher_and_overlap(
+    dispatcher: str, overlap: bool, tmp_path: Path
+) -> None:
+    """A pipelined MoE plan's dispatcher and expert all-to-all overlap
+    through parse_args, validate_args and TransformerConfig (which asserts
+    the overlap's rules: interleaved stages, no full recomputation)."""
+    from planning import pinned, write_plan
+    from test_moe import MINI_MOE
+
+    training = pinned(
+        {
+            "global_batch_sequences": 32,
+            "sequence_length": 1024,
+            "tensor_parallel": 1,
+            "pipeline_parallel": 2,
+            "interleave": 2,
+            "data_parallel": 8,
+            "expert_parallel": 8,
+            "micro_batch_size": 1,
+            "fc_algorithm": "megatron-1d",
+            "expert_dispatcher": dispatcher,
+            "overlap_expert_comm": overlap,
+        }
+    )
+    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n")
+    doc_path = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", str(path), "--out", str(doc_path)])
+    assert result.exit_code == 0, result.output
+    assert _export(doc_path, "megatron", tmp_path)[0] == 0
+    loaded = _megatron_loaded(json.loads(doc_path.read_text()), tmp_path)
+    flex = dispatcher != "alltoall"
+    assert loaded["moe_token_dispatcher_type"] == ("flex" if flex else "alltoall")
+    if flex:
+        assert loaded["moe_flex_dispatcher_backend"] == dispatcher
+    assert loaded["overlap_moe_expert_parallel_comm"] is overlap
+
+
 @pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a", "gpu-p2p-across-nodes"])
 def test_megatron_loads_context_parallel_plans(
     cp_plans: dict[str, Path], case: str, tmp_path: Path

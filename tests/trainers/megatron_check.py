@@ -142,6 +142,9 @@ def _loaded(script: str, world_size: int) -> dict[str, object]:
         "expert_parallel": args.expert_model_parallel_size,
         "expert_tensor_parallel": args.expert_tensor_parallel_size,
         "moe_layer_freq": config.moe_layer_freq if args.num_experts else None,
+        "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
+        "moe_flex_dispatcher_backend": config.moe_flex_dispatcher_backend,
+        "overlap_moe_expert_parallel_comm": bool(config.overlap_moe_expert_parallel_comm),
     }
 
 
