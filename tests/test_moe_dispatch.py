@@ -305,3 +305,48 @@ def test_the_balancer_sees_the_hidden_all_to_alls(tmp_path: Path) -> None:
     assert hidden > 0
     lost = off.parts["ep_comm_s"] - on.parts["ep_comm_s"]
     assert lost == pytest.approx(8 * 4 * hidden, rel=1e-9)
+
+
+def test_maxtext_refuses_weights_it_cannot_shard(tmp_path: Path) -> None:
+    """MaxText splits MLA's kv_lora dimension over fsdp x context x expert:
+    96 over 4 x 1 x 16 = 64 chips does not divide, so the export exits 2
+    naming it and writes nothing; 32 chips would."""
+    from clirun import assert_one_line_error, run_cli
+    from planning import pinned, write_plan
+
+    model = {
+        **MINI_MOE,
+        "mla": {
+            "kv_lora_rank": 96,
+            "qk_nope_head_dim": 32,
+            "qk_rope_head_dim": 32,
+            "v_head_dim": 64,
+        },
+    }
+    for chips, dp, code in ((64, 64, 2), (32, 32, 0)):
+        training = pinned(
+            {
+                "global_batch_sequences": 64,
+                "sequence_length": 1024,
+                "tensor_parallel": 1,
+                "data_parallel": dp,
+                "expert_parallel": 16,
+                "zero_stage": 3,
+                "micro_batch_size": 1,
+            }
+        )
+        path = write_plan(tmp_path, model, training, f"h100-hgx-{chips // 8}n", name=f"{dp}.yaml")
+        doc = tmp_path / f"{dp}.json"
+        assert run_cli("plan", str(path), "--out", str(doc)).exit_code == 0
+        out = tmp_path / f"maxtext{dp}"
+        run = run_cli("export", str(doc), "--to", "maxtext", "--out", str(out))
+        if code:
+            assert_one_line_error(
+                run,
+                "configuration.data_parallel: got 64; holds weights MaxText cannot shard",
+                "mla.kv_lora_rank (96) over fsdp x context x expert, 64 chips here (4 x 1 x 16)",
+                "fix: plan with fewer ZeRO-3 replicas",
+            )
+            assert not out.exists()
+        else:
+            assert run.exit_code == 0, run.stderr

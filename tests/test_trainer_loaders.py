@@ -420,6 +420,14 @@ def test_torchtitan_loads_and_builds_every_example(
         assert any(line.startswith("ZeRO stage 1") for line in not_expressed)
     _check_torchtitan_context(loaded, doc, not_expressed)
     _check_experts(loaded, doc)
+    if doc["provenance"]["model"].get("moe") is not None:
+        # the module's comm_backend as torchtitan configured the dispatcher
+        classes = {
+            "alltoall": "AllToAllTokenDispatcher",
+            "deepep": "DeepEPTokenDispatcher",
+            "hybridep": "HybridEPTokenDispatcher",
+        }
+        assert loaded["token_dispatcher"] == classes[c["expert_dispatcher"]]
 
 
 def _check_torchtitan_context(loaded: dict, doc: dict, not_expressed: list[str]) -> None:
@@ -549,8 +557,20 @@ MAXTEXT_KEYS = [
 @pytest.mark.parametrize("case", CASES)
 def test_maxtext_loads_every_example(plans: dict[str, Path], case: str, tmp_path: Path):
     """pyconfig, the device mesh and the abstract model and optimizer state,
-    every array's sharding dividing its dimensions (2D plans included)."""
+    every array's sharding dividing its dimensions (2D plans included). A
+    plan whose weights MaxText cannot shard evenly is refused at export
+    (DeepSeek-V3's ZeRO-3 over 1,024 GPUs: its 1,536-wide q_lora over
+    fsdp x expert = 1,024 chips, what the loader reported before the export
+    refused it)."""
     doc = json.loads(plans[case].read_text())
+    run = CliRunner().invoke(
+        main, ["export", str(plans[case]), "--to", "maxtext", "--out", str(tmp_path / "x")]
+    )
+    if run.exit_code == 2:
+        assert "holds weights MaxText cannot shard" in " ".join(run.output.split())
+        assert not (tmp_path / "x").exists()
+        assert doc["provenance"]["model"].get("mla") is not None, case
+        return
     loaded, not_expressed = _maxtext(plans[case], tmp_path)
     expected = plan_values(doc)
     assert _compare(loaded, expected, MAXTEXT_KEYS) == []

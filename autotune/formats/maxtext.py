@@ -57,6 +57,7 @@ from __future__ import annotations
 import json
 import math
 
+from autotune.errors import InputError
 from autotune.formats.export import (
     Export,
     ExportFile,
@@ -252,7 +253,44 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
     if m.tied_embeddings is not None:
         out["logits_via_embedding"] = m.tied_embeddings
     out.update(_experts(view, out, notes))
+    _embed_divides(view, out)
     return out
+
+
+def _embed_divides(view: PlanView, out: dict[str, object]) -> None:
+    """Refuse a plan whose weights MaxText cannot shard: its logical axis
+    rules put the weights' embed dimension, and multi-head latent
+    attention's `q_lora` and `kv_lora` ones, over fsdp x context x expert
+    (x tensor_sequence for a 2D plan's embed) at once (base.yml
+    `logical_axis_rules`, AI-Hypercomputer/maxtext e591f30c lines 568-572
+    and 605-606), and a dimension must divide over its axes' chips (JAX
+    shards evenly)."""
+
+    def chips(axis: str) -> int:
+        return int(out.get(f"ici_{axis}_parallelism", 1)) * int(  # type: ignore[call-overload]
+            out.get(f"dcn_{axis}_parallelism", 1)  # type: ignore[call-overload]
+        )
+
+    shared = chips("fsdp") * chips("context") * chips("expert")
+    m = view.model
+    dims = [("hidden_size", m.hidden_size, shared * chips("tensor_sequence"))]
+    if m.mla is not None:
+        if m.mla.q_lora_rank is not None:
+            dims.append(("mla.q_lora_rank", m.mla.q_lora_rank, shared))
+        dims.append(("mla.kv_lora_rank", m.mla.kv_lora_rank, shared))
+    for name, size, over in dims:
+        if size % over:
+            raise InputError(
+                f"holds weights MaxText cannot shard: its logical axis rules split the "
+                f"model's {name} ({size}) over fsdp x context x expert, {over} chips here "
+                f"({chips('fsdp')} x {chips('context')} x {chips('expert')}), and it does not "
+                "divide",
+                file=view.file,
+                field="configuration.data_parallel",
+                value=view.training.data_parallel,
+                fix="plan with fewer ZeRO-3 replicas (zero_stage below 3, or a pinned "
+                "data_parallel), or export to megatron or torchtitan",
+            )
 
 
 def _experts(view: PlanView, out: dict[str, object], notes: Notes) -> dict[str, object]:

@@ -70,6 +70,28 @@ def _experts(moe, key: str) -> int | None:
     return moe.num_experts if key == "num_experts" else moe.router.top_k
 
 
+def _standard_dispatch(layers: list) -> str | None:
+    """The token dispatcher class the module's MoE blocks configure; a
+    DeepEP or HybridEP one (models/common/config_utils.py
+    make_token_dispatcher_config) is swapped for the standard all-to-all
+    before building, as DeepEP does not install without CUDA (the model,
+    the meshes and the parallelisation do not depend on it)."""
+    from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher
+
+    name = None
+    for block in layers:
+        routed = block.moe.routed_experts if block.moe is not None else None
+        if routed is None:
+            continue
+        tokens = routed.token_dispatcher
+        name = type(tokens).__qualname__.removesuffix(".Config")
+        if not isinstance(tokens, AllToAllTokenDispatcher.Config):
+            routed.token_dispatcher = AllToAllTokenDispatcher.Config(
+                num_experts=tokens.num_experts, top_k=tokens.top_k
+            )
+    return name
+
+
 def _loaded(module_file: Path) -> dict[str, object]:
     sys.path.insert(0, str(module_file.parent))
     import torch
@@ -105,6 +127,7 @@ def _loaded(module_file: Path) -> dict[str, object]:
         dims.build_mesh()
         dist_utils.set_spmd_backend(par.spmd_backend)
         spec = config.model_spec
+        dispatcher = _standard_dispatch(spec.model.layers)
         spec.model.update_from_config(config=config)
         with torch.device("meta"), tools.set_default_dtype(TORCH_DTYPE_MAP[training.dtype]):
             model = spec.model.build()
@@ -168,6 +191,7 @@ def _loaded(module_file: Path) -> dict[str, object]:
         "num_experts": _experts(first_moe, "num_experts"),
         "experts_per_token": _experts(first_moe, "top_k"),
         "expert_parallel": par.expert_parallel_degree,
+        "token_dispatcher": dispatcher,
         "num_heads": first.attention.n_heads,
         "num_kv_heads": getattr(first.attention, "n_kv_heads", None) or first.attention.n_heads,
         "compute_dtype": _compute_dtype(built_parts),
