@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import ONE_D_ONLY
+from conftest import ONE_D_ONLY, maxtext_cannot_shard
 
 from autotune.cli import main
 from autotune.formats.export import TARGETS
@@ -82,7 +82,7 @@ def test_every_example_plans_exports_and_verifies(example, tmp_path, validator, 
             (line,) = exported.output.strip().splitlines()
             assert "fix:" in line and "tensor_mesh: 1d" in line
             assert not out.exists()
-        else:
+        elif not maxtext_cannot_shard(target, exported.exit_code, exported.output, out):
             assert exported.exit_code == 0, (target, exported.output)
             assert any(out.iterdir())
     verified = run("verify", str(plan))
