@@ -121,6 +121,27 @@ def _training(**extra: object) -> dict:
     )
 
 
+def pipelined_training(data_parallel: int, expert_parallel: int, **extra: object) -> dict:
+    """32 sequences of 1,024 tokens over two interleaved stages (two chunks
+    each), one tensor chip, micro-batches of one: a layout Megatron-Core's
+    all-to-all overlap accepts."""
+    from planning import pinned
+
+    return pinned(
+        {
+            "global_batch_sequences": 32,
+            "sequence_length": 1024,
+            "tensor_parallel": 1,
+            "pipeline_parallel": 2,
+            "interleave": 2,
+            "data_parallel": data_parallel,
+            "expert_parallel": expert_parallel,
+            "micro_batch_size": 1,
+            **extra,
+        }
+    )
+
+
 def test_a_deduplicating_dispatcher_scales_the_inter_node_bytes(tmp_path: Path) -> None:
     """EP 16 over two HGX nodes: the NIC level's bytes scale by the
     deduplicated share; a plain all-to-all sends every copy, node-limited
@@ -273,26 +294,14 @@ def test_the_balancer_sees_the_hidden_all_to_alls(tmp_path: Path) -> None:
     step model's: what it hides per block, times the stage's four MoE
     blocks and eight micro-batches, is what the step's all-to-all part
     loses."""
-    from planning import pinned, plan_for
+    from planning import plan_for
 
     from autotune.job.model import Candidates
     from autotune.job.search import _balance_figures
     from autotune.specs.job import RECOMPUTE_MODES
 
     model = {**MINI_MOE, "num_layers": 8}
-    training = pinned(
-        {
-            "global_batch_sequences": 32,
-            "sequence_length": 1024,
-            "tensor_parallel": 1,
-            "pipeline_parallel": 2,
-            "interleave": 2,
-            "data_parallel": 4,
-            "expert_parallel": 4,
-            "micro_batch_size": 1,
-            "layer_split": "even",
-        }
-    )
+    training = pipelined_training(4, 4, layer_split="even")
     off = plan_for(tmp_path, model, training, "h100-hgx")
     on = plan_for(tmp_path, model, {**training, "overlap_expert_comm": True}, "h100-hgx")
 

@@ -336,23 +336,16 @@ def test_megatron_loads_the_expert_dispatcher_and_overlap(
     """A pipelined MoE plan's dispatcher and expert all-to-all overlap
     through parse_args, validate_args and TransformerConfig (which asserts
     the overlap's rules: interleaved stages, no full recomputation)."""
-    from planning import pinned, write_plan
+    from planning import write_plan
     from test_moe import MINI_MOE
+    from test_moe_dispatch import pipelined_training
 
-    training = pinned(
-        {
-            "global_batch_sequences": 32,
-            "sequence_length": 1024,
-            "tensor_parallel": 1,
-            "pipeline_parallel": 2,
-            "interleave": 2,
-            "data_parallel": 8,
-            "expert_parallel": 8,
-            "micro_batch_size": 1,
-            "fc_algorithm": "megatron-1d",
-            "expert_dispatcher": dispatcher,
-            "overlap_expert_comm": overlap,
-        }
+    training = pipelined_training(
+        8,
+        8,
+        fc_algorithm="megatron-1d",
+        expert_dispatcher=dispatcher,
+        overlap_expert_comm=overlap,
     )
     path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n")
     doc_path = tmp_path / "plan.json"
