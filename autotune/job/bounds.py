@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autotune.job.block import activation_bytes_per_mode, block_params_per_chip, end_memory
-from autotune.job.model import Candidates, block_seconds, expert_overlap, merged_fraction
+from autotune.job.model import Candidates, block_seconds, hide_expert_comm
 from autotune.specs.job import JobInput
 from autotune.specs.model_params import ffn_matrices
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
@@ -122,10 +122,7 @@ def step_lower_bound(
         # a mixture of experts' routed part and dense blocks' wider FFN
         moe_layers = sum(model.moe_layer_flags)
         dense_layers = model.num_layers - moe_layers
-        routed = arrays
-        if t.overlap_expert_comm:
-            # the all-to-alls the step model hides (job/model.py expert_overlap)
-            routed = expert_overlap(arrays, f_blk, b_blk, merged_fraction(c.pp, v, m))
+        routed = hide_expert_comm(t, arrays, f_blk, b_blk, c.pp, v, m)
         work = work + moe_layers * (routed["x_f"] + routed["x_b"])
         work = work + dense_layers * (arrays["xd_f"] + arrays["xd_b"])
     chain = work / (1 - (1 - 1 / m) ** pp)

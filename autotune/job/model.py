@@ -401,6 +401,24 @@ def expert_overlap(
     }
 
 
+def hide_expert_comm(
+    training: TrainingInput,
+    g: dict,
+    f_blk: np.ndarray | float,
+    b_blk: np.ndarray | float,
+    pp: int | np.ndarray,
+    v: int | np.ndarray,
+    m: np.ndarray | int,
+) -> dict:
+    """`g` as the step prices it: with `overlap_expert_comm`, a MoE block's
+    all-to-alls hidden over the schedule's merged passes (expert_overlap of
+    merged_fraction); else `g` itself. The one place the step model, the
+    search's lower bound and the pipeline balancer's figures take it from."""
+    if not training.overlap_expert_comm:
+        return g
+    return expert_overlap(g, f_blk, b_blk, merged_fraction(pp, v, m))
+
+
 def block_seconds(a: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per-block forward and backward seconds (no recomputation)."""
     return (
@@ -563,8 +581,7 @@ def _price_group(
     fp8 = training.fp8 is not Fp8Recipe.NONE
     fp8_copy_bytes = fp8_weight_copy_bytes_per_param(training.fp8.value) if fp8 else 0.0
     f_blk, b_blk = block_seconds(g)
-    if training.overlap_expert_comm and figs.experts:
-        g = expert_overlap(g, f_blk, b_blk, merged_fraction(pp, v, m_arr))
+    g = hide_expert_comm(training, g, f_blk, b_blk, pp, v, m_arr)
     if figs.mtp_layers:
         # multi-token-prediction modules: blocks after the last, not recomputed
         counts = counts.copy()

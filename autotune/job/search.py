@@ -57,9 +57,8 @@ from autotune.job.model import (
     Priced,
     block_seconds,
     data_parallel_floor_s,
-    expert_overlap,
     gather_figures,
-    merged_fraction,
+    hide_expert_comm,
     pipeline_send_s,
     price,
 )
@@ -257,16 +256,9 @@ def _balance_figures(
     zero = int(one.zero[0])
     forward_s, backward_s = (float(x) for x in block_seconds(a))
     m = t.global_batch_sequences // (int(one.dp[0]) * int(one.mbs[0]))
-    if figs.moe_flags and t.overlap_expert_comm:
-        # the all-to-alls the step model hides (job/model.py expert_overlap)
-        merged = merged_fraction(int(one.pp[0]), int(one.v[0]), m)
-        hidden = expert_overlap(
-            {k: np.array([a[k]]) for k in ("x_f", "x_b", "x_a2a")},
-            np.array([forward_s]),
-            np.array([backward_s]),
-            merged,
-        )
-        a["x_f"], a["x_b"] = float(hidden["x_f"][0]), float(hidden["x_b"][0])
+    # the MoE block's seconds as the step prices them (all-to-alls hidden)
+    routed = hide_expert_comm(t, a, forward_s, backward_s, int(one.pp[0]), int(one.v[0]), m)
+    a["x_f"], a["x_b"] = float(routed["x_f"]), float(routed["x_b"])
     constant = a["fc_buf"] + a["cp_buf"] + (2 * a["params"] * e if zero == 3 else 0.0)
     experts: dict = {}
     tail_f, tail_b, tail_state = a["tail_f"], a["tail_b"], a["tail_p"] * per_param + a["tail_x"]
