@@ -21,6 +21,8 @@ reduce-scattered).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -52,21 +54,67 @@ and no balancer: the lowest of the inter-rank imbalances UltraEP measured
 imbalance from 1.30-4.01 to 1.01-1.04", MoE models of 106B to 671B
 parameters in training and prefill; the max : mean per rank of
 Dots-Infra/UltraEP docs/blog_v1.md line 15 at 94cab099, its training runs
-at EP 64 on Megatron-LM, line 153). The planner's default where a model
-gives neither `expert_imbalance` nor a capacity factor: real runs are at
-least this skewed (measured up to 4.01), forced-balance benchmarks at 1.
+at EP 64 on Megatron-LM, line 153). The anchor of routing_skew.
 Dimensionless."""
 
+REFERENCE_EXPERT_RANKS = 64
+"""Expert-parallel ranks of the runs behind MEASURED_ROUTING_IMBALANCE
+(UltraEP blog_v1.md line 153: "Training uses EP64")."""
 
-def default_imbalance(mean_tokens_per_rank: ArrayLike, ranks: ArrayLike) -> np.ndarray:
-    """The imbalance priced when a model states none: the measured
-    real-routing figure (MEASURED_ROUTING_IMBALANCE) over more than one
-    rank, never below the balanced-routing floor (balanced_imbalance, which
-    exceeds it only for a few tokens per rank); 1 on one rank.
-    Dimensionless. Vectorised."""
-    floor = balanced_imbalance(mean_tokens_per_rank, ranks)
-    r = np.asarray(ranks, dtype=float)
-    return np.where(r > 1, np.maximum(floor, MEASURED_ROUTING_IMBALANCE), floor)
+REFERENCE_EXPERTS = 256
+"""Routed experts taken for the run behind MEASURED_ROUTING_IMBALANCE: the
+largest count among UltraEP's trained models (DeepSeek-V3's 256; GLM-4.5
+and Qwen3-235B have 128), i.e. four experts per rank, the layout that
+averages over the most experts and so the likeliest to have measured the
+lowest imbalance (assumption: the source does not say which model gave
+1.30). With 128 the skew below would be 0.15 instead of 0.21."""
+
+
+def routing_skew() -> float:
+    """Relative spread of one expert's routed tokens per micro-batch under
+    learned routing (its standard deviation over the mean), taken from the
+    one measurement: solving routing_imbalance's formula for `c` at
+    MEASURED_ROUTING_IMBALANCE, REFERENCE_EXPERT_RANKS and
+    REFERENCE_EXPERTS::
+
+        c = (I_ref - 1) / (sqrt(2 ln R (1 - 1/R)) sqrt(R / E))
+          = 0.30 / (2.861 x 0.5) = 0.2097
+
+    (sampling noise left out there: UltraEP's training micro-batches give
+    each rank tens of thousands of copies, adding under 0.001). Derivation;
+    dimensionless."""
+    r, e = float(REFERENCE_EXPERT_RANKS), float(REFERENCE_EXPERTS)
+    extreme = math.sqrt(2.0 * math.log(r) * (1.0 - 1.0 / r))
+    return (MEASURED_ROUTING_IMBALANCE - 1.0) / (extreme * math.sqrt(r / e))
+
+
+def default_imbalance(
+    mean_tokens_per_rank: ArrayLike, ranks: ArrayLike, num_experts: int
+) -> np.ndarray:
+    """The imbalance priced when a model states none: busiest of `R`
+    expert-parallel ranks over the mean when each of the `E` experts' load
+    varies by the measured routing skew `c` (routing_skew) and each rank's
+    `n` copies are drawn at random on top of it::
+
+        I = 1 + sqrt(2 ln R (1 - 1/R)) sqrt(c^2 R / E + 1 / n)
+
+    A rank holds `E / R` experts, so its load averages their independent
+    spreads (`c / sqrt(E / R)`) and adds the binomial noise of its copies
+    (`1 / sqrt(n)`, balanced_imbalance); the largest of `R` such loads is
+    `sqrt(2 ln R (1 - 1/R))` standard deviations above the mean (Gaussian
+    extreme value; the `1 - 1/R` because the loads sum to the total). It
+    gives 1.30 at UltraEP's EP 64 over 256 experts, less where a rank
+    averages more experts (EP 2 of Mixtral's 8: 1.09; EP 32 of 256: 1.19),
+    more where it averages fewer (EP 8 of 8: 1.40), as UltraEP says
+    ("the number of experts placed on each rank shrinks as EP grows, making
+    imbalance harder to smooth out", blog_v1.md line 29). 1 on one rank.
+    Derivation; dimensionless. Vectorised over tokens and ranks."""
+    n = np.asarray(mean_tokens_per_rank, dtype=float)
+    r = np.maximum(np.asarray(ranks, dtype=float), 1.0)
+    extreme = np.sqrt(2.0 * np.log(r) * (1.0 - 1.0 / r))
+    noise = np.where(n > 0, 1.0 / np.where(n > 0, n, 1.0), 0.0)
+    spread = np.sqrt(routing_skew() ** 2 * r / float(num_experts) + noise)
+    return np.where(r > 1, 1.0 + extreme * spread, 1.0)
 
 
 def balanced_imbalance(mean_tokens_per_rank: ArrayLike, ranks: ArrayLike) -> np.ndarray:

@@ -194,6 +194,7 @@ def test_impossible_expert_fields_are_refused(change: dict, expected: str) -> No
 
 from cost_models.moe import (  # noqa: E402
     balanced_imbalance,
+    default_imbalance,
     dispatch_bytes_per_chip,
     expert_data_parallel,
     expert_ffn_forward_flops,
@@ -260,31 +261,57 @@ def test_balanced_imbalance_falls_with_tokens(n1: float, n2: float, ranks: int) 
 
 
 def test_default_imbalance_is_the_measured_real_routing_figure(tmp_path: Path) -> None:
-    """A model stating no imbalance is priced at UltraEP's lowest measured
-    real-routing imbalance, 1.30 (arXiv:2606.04101), unless the balanced
-    floor is higher (few tokens per rank); one rank: 1."""
+    """A model stating no imbalance is priced at the real-routing default:
+    UltraEP's lowest measured imbalance, 1.30 at EP 64 over 256 experts
+    (arXiv:2606.04101), scaled by the experts each rank averages, with the
+    binomial noise of few tokens per rank on top; one rank: 1. By hand:
+    c = 0.30 / (sqrt(2 ln 64 x 63/64) x sqrt(64/256)) = 0.30 / (2.8614 x 0.5)
+    = 0.20969; EP 8 of 8 experts (many tokens): 1 + sqrt(2 ln 8 x 7/8) x c
+    = 1 + 1.9076 x 0.20969 = 1.400; EP 2 of 8: 1 + sqrt(ln 2) x c x 0.5 =
+    1.0873."""
     import math
 
     from planning import pinned, plan_for
 
-    from cost_models.moe import default_imbalance
+    from cost_models.moe import routing_skew
 
-    floor = 1 + math.sqrt(2 * math.log(8) * (7 / 8) / 4096)  # 1.03
-    assert float(balanced_imbalance(4096, 8)) == pytest.approx(floor)
-    assert float(default_imbalance(4096, 8)) == 1.30
-    few = 1 + math.sqrt(2 * math.log(64) * (63 / 64) / 2)  # 3.02
-    assert float(default_imbalance(2, 64)) == pytest.approx(few)
-    assert float(default_imbalance(4096, 1)) == 1.0
+    c = 0.30 / (math.sqrt(2 * math.log(64) * 63 / 64) * 0.5)
+    assert routing_skew() == pytest.approx(c, rel=1e-12)
+    assert c == pytest.approx(0.20969, abs=1e-5)
+    assert float(default_imbalance(1e12, 64, 256)) == pytest.approx(1.30, abs=1e-9)
+    assert float(default_imbalance(1e12, 8, 8)) == pytest.approx(1.400, abs=1e-3)
+    assert float(default_imbalance(1e12, 2, 8)) == pytest.approx(1.0873, abs=1e-4)
+    # sampling noise and routing skew add in quadrature: 4096 copies on 8 ranks
+    both = 1 + math.sqrt(2 * math.log(8) * 7 / 8) * math.sqrt(c**2 * 8 / 8 + 1 / 4096)
+    assert float(default_imbalance(4096, 8, 8)) == pytest.approx(both, rel=1e-12)
+    # few tokens: the binomial floor dominates and the default never falls below it
+    assert float(default_imbalance(2, 64, 256)) >= float(balanced_imbalance(2, 64))
+    assert float(default_imbalance(4096, 1, 8)) == 1.0
     training = pinned(
         {"global_batch_sequences": 16, "sequence_length": 1024, "data_parallel": 8,
          "tensor_parallel": 1, "expert_parallel": 8}
     )  # fmt: skip
     plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx")
-    assert plan.experts is not None and plan.experts.imbalance == 1.30
+    # 2 sequences of 1,024 tokens per chip, 2 copies each: 4,096 over EP 8 of 16 experts
+    assert plan.experts is not None
+    assert plan.experts.imbalance == pytest.approx(float(default_imbalance(4096, 8, 16)))
     forced = {**MINI_MOE, "moe": {**MINI_MOE["moe"], "expert_imbalance": 1.0}}
     balanced = plan_for(tmp_path, forced, training, "h100-hgx")
     assert balanced.experts is not None and balanced.experts.imbalance == 1.0
     assert balanced.step_s < plan.step_s
+
+
+@given(st.floats(1.0, 1e7), st.integers(1, 256), st.integers(0, 8))
+def test_default_imbalance_grows_with_the_degree(copies: float, ranks: int, halvings: int) -> None:
+    """For a fixed expert count, more expert-parallel ranks (fewer experts
+    each) never lower the default imbalance, and it is never below the
+    balanced-routing floor."""
+    experts = 256
+    low, high = sorted((ranks, max(1, min(experts, ranks * 2**halvings))))
+    a = float(default_imbalance(copies, low, experts))
+    b = float(default_imbalance(copies, high, experts))
+    assert 1.0 <= a <= b + 1e-12
+    assert b >= float(balanced_imbalance(copies, high)) - 1e-12
 
 
 def test_grouped_gemm_flops_on_a_roofline() -> None:

@@ -147,7 +147,8 @@ def grouped_gemm_dims(
 def imbalance_of(model: ModelSpec, mean_copies_per_rank: float, ep: int) -> float:
     """Busiest expert-parallel rank's routed tokens over the mean: the
     model's `expert_imbalance` when given, else its capacity factor (every
-    expert padded to capacity), else the measured real-routing default
+    expert padded to capacity), else the real-routing default derived from
+    UltraEP's measurement for this many ranks and experts
     (cost_models.moe.default_imbalance)."""
     moe = model.moe
     assert moe is not None
@@ -155,7 +156,7 @@ def imbalance_of(model: ModelSpec, mean_copies_per_rank: float, ep: int) -> floa
         return moe.expert_imbalance
     if moe.capacity_factor is not None:
         return moe.capacity_factor
-    return float(default_imbalance(mean_copies_per_rank, ep))
+    return float(default_imbalance(mean_copies_per_rank, ep, moe.num_experts))
 
 
 def _scale_out_nodes(axis: AxisLayout, chips_per_node: int | None) -> int:

@@ -75,8 +75,9 @@ def experts_line(plan: Plan) -> str:
         source = "the capacity factor"
     else:
         source = (
-            "real-routing default, UltraEP's lowest measured; set moe.expert_imbalance from "
-            "your runs, 1 for forced balance"
+            f"real-routing default for {ep} ranks of {moe.num_experts} experts, scaled from "
+            "UltraEP's lowest measured; set moe.expert_imbalance from your runs, 1 for forced "
+            "balance"
         )
     return (
         f"Experts: {expert_degrees(plan.config)}, {moe.num_experts // ep} of {moe.num_experts} "

@@ -84,8 +84,9 @@ class MoeSpec(Spec):
         le=MAX_FACTOR,
         description="Busiest expert-parallel rank's routed tokens over the mean, as measured "
         "in your runs (1 for forced balance); omitted means the capacity factor when set, else "
-        "1.30, the lowest real-routing imbalance UltraEP measured (arXiv:2606.04101; "
-        "cost_models.moe.default_imbalance). Range: 1 to 1000.",
+        "a real-routing default that grows with the expert-parallel degree: 1.30, the lowest "
+        "imbalance UltraEP measured (arXiv:2606.04101, EP 64), scaled to the experts each rank "
+        "holds (cost_models.moe.default_imbalance). Range: 1 to 1000.",
     )
     node_limit: int | None = Field(
         default=None,
