@@ -38,10 +38,10 @@ CALIBRATIONS = ("a100-measured", "a100-nominal")
 #: runs (bigscience-workshop/bigscience experiments/bandwidth/
 #: all_reduce_bench-a100-n4.txt, commit 358e3c8f: 32 ranks on 4 nodes, 4 GB,
 #: busbw 40.5 Gbit/s = 5.07 GB/s with NCCL's ring crossing each node on one
-#: HFI): 4 HFIs x 5.07 GB/s shared by a node's 8 GPUs, whose data-parallel
-#: rings (one GPU per node each) and pipeline sends all leave the node at
-#: once = 2.53 GB/s per GPU; 5 us per message (assumed). Tensor parallelism
-#: stays inside a node in every run.
+#: HFI): 4 HFIs x 5.07 GB/s = 20.3 GB/s leave a node. Every GPU sends its own
+#: pipeline activations, so the 8 share it: 2.53 GB/s each. The
+#: data-parallel rates depend on the layout (data_parallel_gb_per_s); 5 us
+#: per message (assumed). Tensor parallelism stays inside a node in every run.
 JEAN_ZAY = {
     "name": "jean-zay-a100",
     "topology": "switched",
@@ -55,18 +55,34 @@ JEAN_ZAY = {
     "calibration": "a100-nominal",
 }
 
+#: bytes per second that leave a Jean Zay node (4 Omni-Path HFIs at the
+#: measured 5.07 GB/s each, above), in GB/s
+NODE_EGRESS_GB_PER_S = 4 * 5.07
+
+
+def data_parallel_gb_per_s(tp: int, dp: int, gpus_per_node: int = 8) -> float:
+    """Ring rate of each data-parallel group on Jean Zay: a node holds
+    `min(dp, 8 / tp)` members of each of its `8 / min(dp, 8 / tp)` rings
+    (tensor-parallel ranks innermost, then data), every ring leaves the node
+    once, and the rings share the node's HFIs: 20.3 / 8 = 2.53 GB/s at TP 8,
+    5.07 at TP 4, 10.1 at TP 2 (derivation from the benchmark above)."""
+    members = min(dp, gpus_per_node // tp)
+    rings = gpus_per_node // members
+    return NODE_EGRESS_GB_PER_S / rings
+
+
 #: (sweep, calibration) -> (rank correlation at least, regret at most), as
 #: measured: records, not the target
 RECORDS = {
     ("bloom h13824 L78 96 heads", "a100-measured"): (0.05, 0.08),
     ("bloom h13824 L84 64 heads", "a100-measured"): (-0.05, 0.08),
     ("bloom h14336 L72 64 heads (02-21..24)", "a100-measured"): (0.35, 0.09),
-    ("bloom h14336 L72 64 heads (02-25..26)", "a100-measured"): (0.36, 0.015),
+    ("bloom h14336 L72 64 heads (02-25..26)", "a100-measured"): (0.70, 0.015),
     ("mpt-7b FSDP micro-batch", "a100-measured"): (0.95, 0.001),
     ("bloom h13824 L78 96 heads", "a100-nominal"): (0.0, 0.20),
     ("bloom h13824 L84 64 heads", "a100-nominal"): (-0.05, 0.08),
     ("bloom h14336 L72 64 heads (02-21..24)", "a100-nominal"): (-0.10, 0.15),
-    ("bloom h14336 L72 64 heads (02-25..26)", "a100-nominal"): (0.10, 0.015),
+    ("bloom h14336 L72 64 heads (02-25..26)", "a100-nominal"): (0.55, 0.015),
     ("mpt-7b FSDP micro-batch", "a100-nominal"): (0.95, 0.001),
 }
 
@@ -85,10 +101,14 @@ def _bloom_runs(tmp: Path, calibration: str):
     measured BLOOM run (runs that did not finish and the two the fixture marks
     unreliable left out): GPT with ALiBi (no position table), tied embeddings,
     vocabulary 250880, full recomputation, ZeRO-1 unless the row says
-    otherwise, fp16, Megatron's unfused
-    attention, DeepSpeed's 1F1B pipeline (no interleaving; every
-    tensor-parallel rank sends the whole activation to the next stage: no
-    scatter-gather), the gradient reduction after the pipeline flush.
+    otherwise, fp16, Megatron's unfused attention, DeepSpeed's 1F1B pipeline
+    (no interleaving; activations and their gradients partitioned over the
+    tensor-parallel group, each rank sending its 1/t share and the receiving
+    stage all-gathering it: microsoft/DeepSpeed deepspeed/runtime/pipe/
+    engine.py lines 131-132 at 2151c787, the last commit before 2022-02-20,
+    `is_pipe_partitioned = is_model_parallel`, unconditional from the engine's
+    first commit 65c2f974 until c2074b34 made it an option in 2023), the
+    gradient reduction after the pipeline flush.
     Sweeps hold one model shape (the head count is part of it)."""
     out = []
     for name, label in BLOOM.items():
@@ -97,6 +117,7 @@ def _bloom_runs(tmp: Path, calibration: str):
             if m.get("status") != "ok" or not m.get("seconds_per_iteration"):
                 continue
             h, layers, heads = r["hidden_size"], r["num_layers"], r["num_heads"]
+            dp = r["data_parallel"]
             model = {
                 "name": "bloom",
                 "num_layers": layers,
@@ -123,11 +144,15 @@ def _bloom_runs(tmp: Path, calibration: str):
                 "dtype": "fp16",
                 "layer_split": "even",
                 "overlap_data_parallel": False,
-                "pipeline_scatter_gather": False,
+                "pipeline_scatter_gather": True,
             }
             folder = tmp / f"{name}-{i}"
             folder.mkdir()
-            cluster = {**JEAN_ZAY, "num_chips": r["gpus"]}
+            cluster = {
+                **JEAN_ZAY,
+                "num_chips": r["gpus"],
+                "data_parallel_gb_per_s": data_parallel_gb_per_s(r["tensor_parallel"], dp),
+            }
             plan = plan_for(folder, model, pinned(training), cluster, calibration=calibration)
             what = (
                 f"TP{r['tensor_parallel']} PP{r['pipeline_parallel']} DP{r['data_parallel']} "

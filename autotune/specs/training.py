@@ -180,9 +180,11 @@ class StepSettings(Spec):
         default=True,
         description="megatron-1d only: each tensor-parallel chip sends its 1/t share of a "
         "micro-batch's activation to the next pipeline stage (Megatron-LM's scatter-gather "
-        "optimisation, Narayanan et al. SC'21 section 4.1; with sequence parallelism the "
+        "optimisation, Narayanan et al. SC'21 section 4.1; DeepSpeed's pipeline engine "
+        "partitions them over the tensor-parallel group too; with sequence parallelism the "
         "activation is split anyway); false sends the whole activation from every chip "
-        "(Megatron-LM's --no-scatter-gather-tensors-in-pipeline, DeepSpeed's pipeline engine).",
+        "(Megatron-LM's --no-scatter-gather-tensors-in-pipeline, DeepSpeed 0.12.3 and later "
+        "with pipeline.pipe_partitioned false).",
     )
     overlap_data_parallel: bool = Field(
         default=True,
