@@ -94,6 +94,22 @@ def test_fp8_plan_by_hand(tmp_path):
     assert any("no fp8 GEMM entry" in w for w in fp8.warnings)
 
 
+def test_report_names_the_peak_behind_fp8_utilisation(tmp_path):
+    """MFU and HFU divide by the dtype's (bf16) peak, which FP8 GEMMs run
+    above: the report says so beside them for an FP8 plan, not for bf16."""
+    from rich.console import Console
+
+    from autotune.job.report import render_report
+
+    base = {"global_batch_sequences": 8, "sequence_length": 4096, "tensor_parallel": 8,
+            "micro_batch_size": 1, "fc_algorithm": "megatron-1d"}  # fmt: skip
+    for training, said in ((base, False), ({**base, "fp8": "current"}, True)):
+        console = Console(width=400, record=True)
+        render_report(_plan(tmp_path, training), console)
+        text = console.export_text()
+        assert ("(of the bf16 peak; FP8 GEMMs run above it)" in text) is said
+
+
 def test_attention_rate_curve_by_hand():
     assert float(attention_rate_flops_per_s(8192, 400e12, 0.0)) == 400e12
     assert float(attention_rate_flops_per_s(2048, 400e12, 2048.0)) == pytest.approx(200e12)

@@ -15,6 +15,7 @@ from autotune.job.model import PARTS
 from autotune.job.plan import Alternative, Plan
 from autotune.plan.report import fmt_pct, fmt_s, render_fc
 from autotune.render_text import user_text
+from autotune.specs.training import Fp8Recipe
 
 _AXIS = {
     ParallelAxis.TENSOR_COL: "tensor col",
@@ -149,10 +150,18 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
         "  pinned by the file: " + (", ".join(pinned) if pinned else "nothing (all searched)"),
         highlight=False,
     )
+    # with an FP8 recipe the FC GEMMs run above the dtype's peak, which stays
+    # the utilisation's denominator (docs/accuracy.md "MFU and HFU conventions")
+    basis = (
+        f" (of the {t.dtype.value} peak; FP8 GEMMs run above it)"
+        if plan.training.fp8 is not Fp8Recipe.NONE and plan.hw.peak_flops_per_s
+        else ""
+    )
     console.print(
         f"Step time: [bold]{fmt_s(plan.step_s)}[/bold]{band}   tokens/s: "
         f"[bold]{plan.tokens_per_s:,.0f}[/bold]   MFU: [bold]{fmt_pct(plan.mfu)}[/bold]"
-        f"   HFU: {fmt_pct(plan.hfu)}   pipeline bubble: {fmt_pct(plan.bubble_fraction)}   "
+        f"   HFU: {fmt_pct(plan.hfu)}{basis}   pipeline bubble: "
+        f"{fmt_pct(plan.bubble_fraction)}   "
         f"peak memory {plan.peak_bytes / GIB:.1f} of {plan.hw.hbm_bytes / GIB:.1f} GiB",
         highlight=False,
     )
