@@ -39,6 +39,8 @@ def shown_value(value: object) -> str:
     written = getattr(value, "written", None)
     if isinstance(written, str):
         return shorten(written)
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as YAML and JSON write it
     return shorten(" ".join(_REPR.repr(value).split()))
 
 

@@ -219,7 +219,7 @@ def test_overlap_rules(tmp_path: Path) -> None:
     path = write_plan(tmp_path, dense, training, "h100-hgx-2n", name="dense.yaml")
     assert_one_line_error(
         run_cli("plan", str(path)),
-        "training.overlap_expert_comm: got True; true needs routed experts",
+        "training.overlap_expert_comm: got true; true needs routed experts",
         "fix: remove overlap_expert_comm",
     )
     path = write_plan(

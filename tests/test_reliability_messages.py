@@ -157,3 +157,15 @@ def test_messages_a_dtype_the_chip_cannot_run_is_refused(tmp_path):
     old.write_text(GPT3.replace("dtype: bf16", "dtype: fp8"))
     run = run_cli("plan", str(old))
     assert_one_line_error(run, "old.yaml", "training.dtype", "fp8: delayed", "fix:")
+
+
+def test_booleans_are_quoted_as_yaml_writes_them():
+    """An error quotes a boolean as the file wrote it (`true`), not as
+    Python prints it (`True`)."""
+    from autotune.errors import shown_value
+
+    assert (shown_value(True), shown_value(False), shown_value(1)) == ("true", "false", "1")
+    error = InputError(
+        "needs experts", file="plan.yaml", field="training.overlap_expert_comm", value=True
+    )
+    assert "training.overlap_expert_comm: got true;" in error.one_line()
