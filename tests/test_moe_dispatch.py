@@ -171,6 +171,11 @@ def test_a_deduplicating_dispatcher_scales_the_inter_node_bytes(tmp_path: Path) 
     assert share == pytest.approx(1 - 28 / 120)
     assert dispatch_words(dedup) == "deepep dispatcher (inter-node bytes x0.77)"
     assert dispatch_words(plain) == "alltoall dispatcher"
+    # EP 1 keeps every expert on each rank: nothing is dispatched, whatever
+    # the dispatcher, and no routing imbalance is priced
+    local = plan_for(tmp_path, MINI_MOE, _training(expert_parallel=1), "h100-hgx-2n")
+    assert local.experts is not None and local.experts.imbalance == 1.0
+    assert dispatch_words(local) == "no expert all-to-all (EP 1)"
     limited = {**MINI_MOE, "moe": {**MINI_MOE["moe"], "node_limit": 1, "expert_groups": 2}}
     plan = plan_for(tmp_path, limited, _training(), "h100-hgx-2n")
     assert plan.experts is not None and plan.experts.scale_out_share == 1.0

@@ -74,6 +74,8 @@ def experts_line(plan: Plan) -> str:
         source = "moe.expert_imbalance"
     elif moe.capacity_factor is not None:
         source = "the capacity factor"
+    elif ep == 1:
+        source = "one rank holds every expert"
     else:
         source = (
             f"real-routing default for {ep} ranks of {moe.num_experts} experts, scaled from "
@@ -92,6 +94,8 @@ def dispatch_words(plan: Plan) -> str:
     """The dispatcher priced, its inter-node byte share and the overlap."""
     t, x = plan.training, plan.experts
     assert x is not None
+    if int(plan.config.get("ep", 1)) == 1:
+        return "no expert all-to-all (EP 1)"
     words = f"{t.expert_dispatcher.value} dispatcher"
     if x.scale_out_share < 1.0:
         words += f" (inter-node bytes x{x.scale_out_share:.2f})"
