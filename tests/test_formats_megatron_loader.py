@@ -88,6 +88,19 @@ def test_megatron_32_layers_on_3_stages_get_a_layout_megatron_accepts(tmp_path):
     assert not any(line.startswith("layer split") for line in dropped)
 
 
+def test_megatron_layout_places_the_mtp_layers_before_the_loss(tmp_path):
+    """The DeepSeek-V3 example's balanced split failed validate_layer_layout
+    ("Number of mtp layers in layout must match mtp_num_layers"): a layout
+    must carry an `m` per multi-token-prediction layer, in the last virtual
+    stage after its blocks, where the plan prices them (regression)."""
+    doc = _with_split([[5, 5]] + [[6, 6]] * 6 + [[7, 7]])
+    doc["provenance"]["model"]["mtp_layers"] = 2
+    args = _args(_export(tmp_path, doc)[0]["megatron_args.sh"])
+    layout = args["--pipeline-model-parallel-layout"].strip("'")
+    assert layout.endswith("|t*7mmL") and layout.count("m") == 2
+    assert args["--mtp-num-layers"] == "2"
+
+
 def test_megatron_layout_orders_chunks_as_virtual_stages(tmp_path):
     # a middle rank differs and chunks within a rank differ: chunk j of rank
     # s is virtual stage j * pp + s

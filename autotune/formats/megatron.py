@@ -335,16 +335,21 @@ def _split_args(view: PlanView) -> list[tuple[str, object]]:
     written as `--pipeline-model-parallel-layout`: one `|`-separated entry per
     virtual stage in model order (chunk j of rank s is entry j * pp + s), a
     `t` per transformer layer (`t*n` for n), `E` (the embedding) opening the
-    first entry and `L` (the loss) closing the last; Megatron derives v from
-    it and refuses the virtual-stage flag beside it
-    (megatron/core/transformer/pipeline_parallel_layer_layout.py and
-    validate_args at the cited commit)."""
+    first entry and `L` (the loss) closing the last, after an `m` per
+    multi-token-prediction layer, which the plan prices on the last virtual
+    stage with the output layer (validate_layer_layout asserts the `m`
+    count equals --mtp-num-layers, all in the last virtual stage of one
+    rank, after every `t`); Megatron derives v from it and refuses the
+    virtual-stage flag beside it
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py lines
+    91-136 and validate_args at the cited commit)."""
     pp, vp = view.training.pipeline_parallel, view.interleave
     counts = view.virtual_stage_layers
     if pp <= 1 or len(set(counts)) == 1:
         return [("--num-virtual-stages-per-pipeline-rank", vp)] if vp > 1 else []
     stages = [f"t*{n}" if n > 1 else "t" * n for n in counts]
-    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    stages[0] = "E" + stages[0]
+    stages[-1] += "m" * view.model.mtp_layers + "L"
     return [("--pipeline-model-parallel-layout", "|".join(stages))]
 
 
