@@ -88,6 +88,40 @@ def test_megatron_32_layers_on_3_stages_get_a_layout_megatron_accepts(tmp_path):
     assert not any(line.startswith("layer split") for line in dropped)
 
 
+@pytest.mark.parametrize(("zero", "strategy"), [(2, "optim_grads"), (3, "optim_grads_params")])
+def test_megatron_zero_2_and_3_run_as_megatron_fsdp_without_pipeline_stages(
+    tmp_path, zero, strategy
+):
+    """ZeRO-2 / 3 became "not expressed" (the distributed optimizer shards
+    the optimizer state only); without pipeline stages they are
+    Megatron-FSDP's optim_grads / optim_grads_params, with the fsdp_dtensor
+    checkpoints validate_args requires and CUDA_DEVICE_MAX_CONNECTIONS unset
+    (it asserts the variable is not 1 under Megatron-FSDP)."""
+    doc = json.loads(PLAN_1D.read_text())
+    layers = doc["provenance"]["model"]["num_layers"]
+    doc["configuration"].update(pipeline_parallel=1, interleave=1, zero_stage=zero)
+    doc["pipeline"]["stages"] = [
+        {"stage": 0, "layers": layers, "layers_per_chunk": [layers], "recompute": {"full": layers}}
+    ]
+    files, dropped = _export(tmp_path, doc)
+    script = files["megatron_args.sh"]
+    args = _args(script)
+    assert "--use-megatron-fsdp" in args and "--use-distributed-optimizer" in args
+    assert args["--data-parallel-sharding-strategy"] == strategy
+    assert args["--ckpt-format"] == "fsdp_dtensor"
+    assert re.search(r"^unset CUDA_DEVICE_MAX_CONNECTIONS$", script, re.M)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in script
+    assert not any(line.startswith("ZeRO stage") for line in dropped)
+    # with pipeline stages Megatron-FSDP is not an option: ZeRO-1, noted
+    piped = json.loads(PLAN_1D.read_text())
+    piped["configuration"]["zero_stage"] = zero
+    files, dropped = _export(tmp_path, piped)
+    args = _args(files["megatron_args.sh"])
+    assert "--use-megatron-fsdp" not in args and "--use-distributed-optimizer" in args
+    assert any(line.startswith(f"ZeRO stage {zero} with pipeline parallelism") for line in dropped)
+    assert re.search(r"^export CUDA_DEVICE_MAX_CONNECTIONS=1$", files["megatron_args.sh"], re.M)
+
+
 def test_megatron_layout_places_the_mtp_layers_before_the_loss(tmp_path):
     """The DeepSeek-V3 example's balanced split failed validate_layer_layout
     ("Number of mtp layers in layout must match mtp_num_layers"): a layout

@@ -301,7 +301,13 @@ def test_megatron_loads_every_example(plans: dict[str, Path], case: str, tmp_pat
     granularity = {"none": None, "selective": "selective", "full": "full"}[c["recompute"]]
     assert loaded["recompute_granularity"] == granularity
     assert loaded["distributed_optimizer"] == (c["zero_stage"] >= 1)
-    if c["zero_stage"] >= 2:
+    # ZeRO-2 / 3 run as Megatron-FSDP without pipeline stages, else ZeRO-1 (noted)
+    fsdp = c["zero_stage"] >= 2 and c["pipeline_parallel"] == 1
+    assert loaded["megatron_fsdp"] == fsdp
+    if fsdp:
+        strategy = {2: "optim_grads", 3: "optim_grads_params"}[c["zero_stage"]]
+        assert loaded["sharding_strategy"] == strategy
+    elif c["zero_stage"] >= 2:
         assert any(line.startswith(f"ZeRO stage {c['zero_stage']}") for line in not_expressed)
     cp, comm = _context(doc)
     if cp > 1:

@@ -230,10 +230,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     if view.zero_stage >= 1:
         args.append(("--use-distributed-optimizer", None))
     if view.zero_stage >= 2:
-        notes.drop(
-            f"ZeRO stage {view.zero_stage}: --use-distributed-optimizer shards the optimizer "
-            "state only (ZeRO-1); gradients and weights stay replicated"
-        )
+        args += _fsdp_args(view, notes)
     model_group = "TP x CP x PP" if cp > 1 else "TP x PP"
     notes.assume(
         f"data parallel {t.data_parallel} = world size / ({model_group}): launch "
@@ -325,6 +322,46 @@ def _moe_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     else:
         notes.assume("the expert all-to-alls are not overlapped with compute, as priced")
     return args
+
+
+#: the plan's ZeRO stage -> Megatron-FSDP's --data-parallel-sharding-strategy
+_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def uses_megatron_fsdp(view: PlanView) -> bool:
+    """Whether the export runs the plan's ZeRO-2 or ZeRO-3 as Megatron-FSDP:
+    without pipeline stages only (_fsdp_args)."""
+    return view.zero_stage >= 2 and view.training.pipeline_parallel == 1
+
+
+def _fsdp_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
+    """ZeRO-2 and ZeRO-3 as Megatron-FSDP: `--use-megatron-fsdp` with
+    `--data-parallel-sharding-strategy optim_grads` (optimizer state and
+    gradients sharded) or `optim_grads_params` (weights too), and the
+    `--ckpt-format fsdp_dtensor` validate_args requires beside it
+    (megatron/training/arguments.py lines 1118-1181 and 3190-3192 at
+    d98e8a64; docs/user-guide/features/megatron_fsdp.md "Megatron-LM"). Its
+    version 1, the default, keeps --use-distributed-optimizer. Megatron-FSDP
+    is documented and tested without pipeline stages (its version 2 refuses
+    them: megatron/core/distributed/fsdp/mcore_fsdp_adapter.py lines
+    627-638), so a pipelined plan keeps the distributed optimizer's ZeRO-1
+    and says so."""
+    if not uses_megatron_fsdp(view):
+        notes.drop(
+            f"ZeRO stage {view.zero_stage} with pipeline parallelism: Megatron-FSDP, which "
+            "shards gradients and weights, runs without pipeline stages; "
+            "--use-distributed-optimizer shards the optimizer state only (ZeRO-1)"
+        )
+        return []
+    notes.assume(
+        "Megatron-FSDP saves fsdp_dtensor checkpoints (torch_dist ones convert with "
+        "examples/megatron_fsdp/sbatch_checkpoint_convert.sh)"
+    )
+    return [
+        ("--use-megatron-fsdp", None),
+        ("--data-parallel-sharding-strategy", _SHARDING[view.zero_stage]),
+        ("--ckpt-format", "fsdp_dtensor"),
+    ]
 
 
 def _split_args(view: PlanView) -> list[tuple[str, object]]:
@@ -480,6 +517,14 @@ def export_megatron(view: PlanView) -> Export:
         env = (
             "# Megatron-LM's expert all-to-all overlap runs on several CUDA connections\n"
             "export CUDA_DEVICE_MAX_CONNECTIONS=32\n"
+        )
+    elif uses_megatron_fsdp(view):
+        # validate_args asserts it is not 1 with Megatron-FSDP and only warns
+        # beside tensor or context parallelism then (arguments.py lines
+        # 1163-1164 and 1453-1466 at d98e8a64); the FSDP guide unsets it
+        env = (
+            "# Megatron-FSDP overlaps its gathers on several CUDA connections (not 1)\n"
+            "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
         )
     elif view.tensor_parallel > 1 or view.context_parallel > 1:
         # validate_args asserts it with tensor or context parallelism before

@@ -58,17 +58,23 @@ def _script_flags(text: str) -> tuple[list[str], dict[str, str]]:
     body = re.search(r"^MEGATRON_ARGS=\((.*?)^\)", text, re.S | re.M)
     if body is None:
         sys.exit("no MEGATRON_ARGS=( ... ) array in the script")
-    env = dict(
-        line[len("export ") :].split("=", 1)
-        for line in text.splitlines()
-        if line.startswith("export ")
-    )
+    env: dict[str, str | None] = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            name, value = line[len("export ") :].split("=", 1)
+            env[name] = value
+        elif line.startswith("unset "):
+            env[line[len("unset ") :].strip()] = None
     return shlex.split(body.group(1), comments=True), env
 
 
 def _loaded(script: str, world_size: int) -> dict[str, object]:
     flags, env = _script_flags(script)
-    os.environ.update(env)
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(world_size))
     # Data, tokenizer and optimizer arguments the export leaves to the user.
     sys.argv = [
@@ -136,6 +142,8 @@ def _loaded(script: str, world_size: int) -> dict[str, object]:
         "recompute_method": args.recompute_method,
         "recompute_num_layers": args.recompute_num_layers,
         "distributed_optimizer": bool(args.use_distributed_optimizer),
+        "megatron_fsdp": bool(args.use_megatron_fsdp),
+        "sharding_strategy": args.data_parallel_sharding_strategy,
         "tp_comm_overlap": bool(args.tp_comm_overlap),
         "num_experts": args.num_experts,
         "experts_per_token": config.moe_router_topk if args.num_experts else None,
