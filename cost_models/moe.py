@@ -73,7 +73,7 @@ lowest imbalance (assumption: the source does not say which model gave
 def routing_skew() -> float:
     """Relative spread of one expert's routed tokens per micro-batch under
     learned routing (its standard deviation over the mean), taken from the
-    one measurement: solving routing_imbalance's formula for `c` at
+    one measurement: solving default_imbalance's formula for `c` at
     MEASURED_ROUTING_IMBALANCE, REFERENCE_EXPERT_RANKS and
     REFERENCE_EXPERTS::
 
