@@ -122,6 +122,25 @@ def test_megatron_zero_2_and_3_run_as_megatron_fsdp_without_pipeline_stages(
     assert re.search(r"^export CUDA_DEVICE_MAX_CONNECTIONS=1$", files["megatron_args.sh"], re.M)
 
 
+def test_megatron_overlaps_the_data_parallel_collectives_as_priced(tmp_path):
+    """The plan prices gradient reductions and weight gathers overlapped
+    (overlap_data_parallel, the default); Megatron-LM overlaps them only
+    with --overlap-grad-reduce and --overlap-param-gather (the latter needs
+    the distributed optimizer), and the export wrote neither (regression)."""
+    doc = json.loads(PLAN_1D.read_text())
+    assert doc["configuration"]["zero_stage"] == 1 and doc["configuration"]["data_parallel"] > 1
+    args = _args(_export(tmp_path, doc)[0]["megatron_args.sh"])
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" in args
+    no_zero = copy.deepcopy(doc)
+    no_zero["configuration"]["zero_stage"] = 0
+    args = _args(_export(tmp_path, no_zero)[0]["megatron_args.sh"])
+    assert "--overlap-grad-reduce" in args and "--overlap-param-gather" not in args
+    blocking = copy.deepcopy(doc)
+    blocking["provenance"]["training"]["overlap_data_parallel"] = False  # as the file gave it
+    args = _args(_export(tmp_path, blocking)[0]["megatron_args.sh"])
+    assert "--overlap-grad-reduce" not in args and "--overlap-param-gather" not in args
+
+
 def test_megatron_layout_places_the_mtp_layers_before_the_loss(tmp_path):
     """The DeepSeek-V3 example's balanced split failed validate_layer_layout
     ("Number of mtp layers in layout must match mtp_num_layers"): a layout

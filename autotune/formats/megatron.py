@@ -231,6 +231,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         args.append(("--use-distributed-optimizer", None))
     if view.zero_stage >= 2:
         args += _fsdp_args(view, notes)
+    args += _overlap_data_parallel_args(view)
     model_group = "TP x CP x PP" if cp > 1 else "TP x PP"
     notes.assume(
         f"data parallel {t.data_parallel} = world size / ({model_group}): launch "
@@ -362,6 +363,24 @@ def _fsdp_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         ("--data-parallel-sharding-strategy", _SHARDING[view.zero_stage]),
         ("--ckpt-format", "fsdp_dtensor"),
     ]
+
+
+def _overlap_data_parallel_args(view: PlanView) -> list[tuple[str, object]]:
+    """The plan's `overlap_data_parallel` (gradient reductions during the
+    backward, weight gathers during the forward), which Megatron-LM runs only
+    when asked: `--overlap-grad-reduce`, and `--overlap-param-gather` with the
+    distributed optimizer or Megatron-FSDP (validate_args asserts both
+    conditions: megatron/training/arguments.py lines 1024-1029 at d98e8a64;
+    parser lines 3121 and 3148). Without them Megatron reduces after the
+    backward, which the plan prices with `overlap_data_parallel: false`.
+    Nothing to overlap on one data x context replica."""
+    replicas = view.training.data_parallel * view.context_parallel
+    if not view.training.overlap_data_parallel or replicas == 1:
+        return []
+    args: list[tuple[str, object]] = [("--overlap-grad-reduce", None)]
+    if view.zero_stage >= 1:
+        args.append(("--overlap-param-gather", None))
+    return args
 
 
 def _split_args(view: PlanView) -> list[tuple[str, object]]:

@@ -38,5 +38,7 @@ MEGATRON_ARGS=(
   --recompute-method uniform
   --recompute-num-layers 1
   --use-distributed-optimizer
+  --overlap-grad-reduce
+  --overlap-param-gather
   --tp-comm-overlap-rs-dgrad
 )
