@@ -62,6 +62,7 @@ import numpy as np
 
 from autotune.job.hardware import HardwareView
 from autotune.job.model import COLUMNS, Candidates
+from autotune.job.trainers import mesh_refusal, zero_refusal
 from autotune.specs.cluster import Topology
 from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput
 from autotune.specs.training import (
@@ -151,6 +152,10 @@ def tensor_meshes(inp: JobInput, hw: HardwareView, refusals: Refusals) -> list[M
             if pinned_mesh is not None and [rows, cols] != list(pinned_mesh):
                 continue
             if (megatron or t.tensor_mesh == "1d") and rows != 1:
+                continue
+            why = mesh_refusal(lim.trainer, rows, cols)
+            if why is not None:
+                refusals.add("tensor_mesh", shape, why)
                 continue
             if spec.mesh_shapes is not None and [rows, cols] not in spec.mesh_shapes:
                 refusals.add("tensor_mesh", shape, "not in the cluster's mesh_shapes")
@@ -357,6 +362,11 @@ def _outer_rows(
                     )
                     continue
                 zeros = _zero_stages(dp * cp, pinned_zero, lim, refusals)
+                for z in list(zeros):
+                    why = zero_refusal(lim.trainer, z, dp, pp, cp)
+                    if why is not None:
+                        refusals.add("zero_stage", z, why)
+                        zeros.remove(z)
                 for ep, etp in eps:
                     for rc in modes:
                         for z in zeros:

@@ -297,8 +297,27 @@ class TrainingInput(StepSettings):
         return mb and all(self.pinned(k) is not None for k in needed)
 
 
+class Trainer(str, Enum):
+    """An export target whose runnable configurations bound the search
+    (`constraints.trainer`; the rules: autotune/job/trainers.py)."""
+
+    JAX = "jax"
+    MAXTEXT = "maxtext"
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    MINDFORMERS = "mindformers"
+
+
 class Constraints(Spec):
     """Limits on what the search may choose (all optional)."""
+
+    trainer: Trainer | None = Field(
+        default=None,
+        strict=False,
+        description="Search only the tensor meshes and ZeRO stages this trainer runs as the "
+        "plan prices them (jax, maxtext, megatron, torchtitan or mindformers: the target "
+        "`meshtune export --to` will write); omitted means every configuration.",
+    )
 
     tensor_parallel_within_node: bool = Field(
         default=True,

@@ -1,0 +1,87 @@
+"""What each export target runs as planned: the search's rules for
+`constraints.trainer`.
+
+Without the constraint the search prices every configuration the model
+allows, and `meshtune export --to TARGET` writes what the trainer can
+express, with a `not expressed:` line (or a refusal) for the rest. With it,
+the search leaves out the tensor meshes and ZeRO stages the target would
+run differently from the plan, each with the reason the report lists
+beside the other refused degrees. Each rule mirrors the exporter's own
+condition and source (autotune/formats/<target>.py):
+
+- one tensor axis: Megatron-LM and torchtitan (formats/export.py
+  `needs_1d`);
+- Megatron-LM: ZeRO-2 and ZeRO-3 are Megatron-FSDP, which runs without
+  pipeline stages (formats/megatron.py `_fsdp_args`);
+- torchtitan: FSDP shards gradients with the optimizer state (no ZeRO-1),
+  and shards the weights over the context-parallel group whenever it is on
+  (no ZeRO-0 with context parallelism) (formats/torchtitan.py);
+- MaxText: the optimizer state is sharded only together with the weights
+  (no ZeRO-1 or ZeRO-2 over data-parallel replicas), and its logical axis
+  rules shard the weights over the context axis (ZeRO-3 with context
+  parallelism) (formats/maxtext.py);
+- MindFormers: the parallel optimizer's level1 shards the weights too (no
+  ZeRO-1 over data-parallel replicas) (formats/mindformers.py);
+- JAX: the export writes every plan as planned.
+
+Other choices an export cannot express (a recomputation mode, an expert
+tensor degree, a context-parallel exchange) still print as `not
+expressed:` lines.
+"""
+
+from __future__ import annotations
+
+from autotune.specs.job import Trainer
+
+_NAMES = {
+    Trainer.JAX: "JAX",
+    Trainer.MAXTEXT: "MaxText",
+    Trainer.MEGATRON: "Megatron-LM",
+    Trainer.TORCHTITAN: "torchtitan",
+    Trainer.MINDFORMERS: "MindFormers",
+}
+
+#: trainers whose tensor parallelism has one axis
+_ONE_AXIS = (Trainer.MEGATRON, Trainer.TORCHTITAN)
+
+
+def _because(trainer: Trainer, reason: str) -> str:
+    return f"{reason} (constraints.trainer: {trainer.value})"
+
+
+def mesh_refusal(trainer: Trainer | None, rows: int, cols: int) -> str | None:
+    """Why `trainer` cannot run a `rows x cols` tensor mesh, or None."""
+    if trainer in _ONE_AXIS and rows > 1 and cols > 1:
+        return _because(trainer, f"{_NAMES[trainer]}'s tensor parallelism has one axis")
+    return None
+
+
+def zero_refusal(trainer: Trainer | None, zero: int, dp: int, pp: int, cp: int) -> str | None:
+    """Why `trainer` cannot run ZeRO stage `zero` over `dp` data-parallel
+    replicas with `pp` pipeline stages and `cp` context-parallel chips as
+    the plan prices it, or None (module docstring)."""
+    if trainer is Trainer.MEGATRON and zero >= 2 and pp > 1:
+        return _because(
+            trainer,
+            "Megatron-LM shards gradients and weights with Megatron-FSDP, which runs "
+            "without pipeline stages",
+        )
+    if trainer is Trainer.TORCHTITAN:
+        if zero == 1 and dp * cp > 1:
+            return _because(
+                trainer, "torchtitan's FSDP shards the gradients with the optimizer state"
+            )
+        if zero == 0 and cp > 1:
+            return _because(
+                trainer, "torchtitan shards the weights over the context-parallel group"
+            )
+    if trainer is Trainer.MAXTEXT:
+        if zero in (1, 2) and dp > 1:
+            return _because(
+                trainer, "MaxText shards the optimizer state only together with the weights"
+            )
+        if zero < 3 and cp > 1:
+            return _because(trainer, "MaxText shards the weights over the context axis")
+    if trainer is Trainer.MINDFORMERS and zero == 1 and dp > 1:
+        return _because(trainer, "MindFormers' level1 parallel optimizer shards the weights too")
+    return None

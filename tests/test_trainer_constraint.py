@@ -1,0 +1,132 @@
+"""`constraints.trainer`: the search keeps to the tensor meshes and ZeRO
+stages the named trainer runs as priced (autotune/job/trainers.py), so its
+export writes the plan without a `not expressed:` line for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import assert_one_line_error, run_cli
+from planning import LLAMA, write_plan
+
+from autotune.job.candidates import Refusals, enumerate_candidates
+from autotune.job.hardware import hardware_view
+from autotune.job.trainers import mesh_refusal, zero_refusal
+from autotune.loading import load_plan_input
+from autotune.specs.job import Trainer
+
+# (trainer, zero, dp, pp, cp) -> refused?
+ZERO_CASES = [
+    (Trainer.MEGATRON, 2, 8, 2, 1, True),  # Megatron-FSDP has no pipeline stages
+    (Trainer.MEGATRON, 3, 8, 2, 1, True),
+    (Trainer.MEGATRON, 3, 8, 1, 2, False),  # Megatron-FSDP with context parallelism runs
+    (Trainer.MEGATRON, 1, 8, 4, 1, False),  # the distributed optimizer
+    (Trainer.TORCHTITAN, 1, 8, 1, 1, True),  # FSDP shards the gradients too
+    (Trainer.TORCHTITAN, 0, 8, 1, 2, True),  # FSDP over the context group
+    (Trainer.TORCHTITAN, 0, 8, 1, 1, False),
+    (Trainer.TORCHTITAN, 2, 8, 4, 2, False),
+    (Trainer.MAXTEXT, 1, 8, 1, 1, True),  # optimizer sharded only with the weights
+    (Trainer.MAXTEXT, 2, 8, 1, 1, True),
+    (Trainer.MAXTEXT, 1, 1, 1, 4, True),  # the weights over the context axis
+    (Trainer.MAXTEXT, 3, 8, 1, 4, False),
+    (Trainer.MAXTEXT, 0, 8, 4, 1, False),
+    (Trainer.MINDFORMERS, 1, 8, 1, 1, True),  # level1 shards the weights
+    (Trainer.MINDFORMERS, 2, 8, 1, 1, False),
+    (Trainer.JAX, 1, 8, 4, 4, False),
+    (None, 2, 8, 4, 1, False),
+]
+
+
+@pytest.mark.parametrize(("trainer", "zero", "dp", "pp", "cp", "refused"), ZERO_CASES)
+def test_zero_rules_by_hand(trainer, zero, dp, pp, cp, refused):
+    why = zero_refusal(trainer, zero, dp, pp, cp)
+    assert (why is not None) is refused
+    if refused:
+        assert why.endswith(f"(constraints.trainer: {trainer.value})")
+
+
+def test_mesh_rules_by_hand():
+    """Megatron-LM and torchtitan run one tensor axis; the others any mesh."""
+    for trainer in (Trainer.MEGATRON, Trainer.TORCHTITAN):
+        assert mesh_refusal(trainer, 2, 4) is not None
+        assert mesh_refusal(trainer, 1, 8) is None and mesh_refusal(trainer, 8, 1) is None
+    for trainer in (Trainer.JAX, Trainer.MAXTEXT, Trainer.MINDFORMERS, None):
+        assert mesh_refusal(trainer, 2, 4) is None
+
+
+def _candidates(tmp_path: Path, trainer: str | None):
+    constraints = {"trainer": trainer} if trainer else {}
+    path = write_plan(
+        tmp_path,
+        LLAMA,
+        {"global_batch_sequences": 64, "sequence_length": 8192},
+        "h100-hgx-4n",
+        name=f"{trainer}.yaml",
+        constraints=constraints,
+    )
+    inp = load_plan_input(path)
+    refusals = Refusals()
+    return enumerate_candidates(inp, hardware_view(inp), refusals), refusals
+
+
+@pytest.mark.parametrize("trainer", [t.value for t in Trainer])
+def test_every_kept_candidate_runs_on_the_trainer(tmp_path: Path, trainer: str):
+    """An 8-layer Llama on 32 H100, everything searched: without the
+    constraint the search keeps configurations each rule refuses (so the
+    test can fail); with it, none, and every refusal names the trainer."""
+    free, _ = _candidates(tmp_path, None)
+    bound, refusals = _candidates(tmp_path, trainer)
+    t = Trainer(trainer)
+
+    def runs(c, i: int) -> bool:
+        z, dp, pp, cp = int(c.zero[i]), int(c.dp[i]), int(c.pp[i]), int(c.cp[i])
+        return (
+            zero_refusal(t, z, dp, pp, cp) is None
+            and mesh_refusal(t, int(c.rows[i]), int(c.cols[i])) is None
+        )
+
+    assert 0 < len(bound) <= len(free)
+    assert all(runs(bound, i) for i in range(len(bound)))
+    outside = sum(not runs(free, i) for i in range(len(free)))
+    assert len(free) - len(bound) == outside
+    if t is not Trainer.JAX:
+        assert outside > 0
+        assert any(f"constraints.trainer: {trainer}" in r for _, _, r in refusals.lines())
+
+
+def test_a_pinned_stage_the_trainer_cannot_run_is_one_line(tmp_path: Path):
+    """ZeRO-3 pinned with 2 pipeline stages for Megatron-LM: exit 2 naming
+    the field, the trainer and the fix."""
+    path = write_plan(
+        tmp_path,
+        LLAMA,
+        {
+            "global_batch_sequences": 64,
+            "sequence_length": 8192,
+            "zero_stage": 3,
+            "pipeline_parallel": 2,
+        },
+        "h100-hgx-4n",
+        constraints={"trainer": "megatron"},
+    )
+    assert_one_line_error(
+        run_cli("plan", str(path)),
+        "training.zero_stage: got 3",
+        "Megatron-FSDP",
+        "(constraints.trainer: megatron)",
+        "fix:",
+    )
+
+
+def test_an_unknown_trainer_is_one_line(tmp_path: Path):
+    path = write_plan(
+        tmp_path,
+        LLAMA,
+        {"global_batch_sequences": 8, "sequence_length": 4096},
+        "h100-hgx",
+        constraints={"trainer": "nemo"},
+    )
+    assert_one_line_error(
+        run_cli("plan", str(path)), "constraints.trainer: got 'nemo'", "'megatron'"
+    )
