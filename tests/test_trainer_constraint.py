@@ -12,9 +12,14 @@ from planning import LLAMA, write_plan
 
 from autotune.job.candidates import Refusals, enumerate_candidates
 from autotune.job.hardware import hardware_view
-from autotune.job.trainers import mesh_refusal, zero_refusal
+from autotune.job.trainers import (
+    expert_tensor_refusal,
+    mesh_refusal,
+    recompute_refusal,
+    zero_refusal,
+)
 from autotune.loading import load_plan_input
-from autotune.specs.job import Trainer
+from autotune.specs.job import RECOMPUTE_MODES, Trainer
 
 # (trainer, zero, dp, pp, cp) -> refused?
 ZERO_CASES = [
@@ -55,6 +60,23 @@ def test_mesh_rules_by_hand():
         assert mesh_refusal(trainer, 2, 4) is None
 
 
+def test_recompute_and_expert_tensor_rules_by_hand():
+    """torchtitan: no attention-only selective recomputation, each expert
+    whole; MaxText: no recompute none, every expert split over the tensor
+    axis; Megatron-LM and JAX: any."""
+    assert recompute_refusal(Trainer.TORCHTITAN, "selective") is not None
+    assert recompute_refusal(Trainer.TORCHTITAN, "full") is None
+    assert recompute_refusal(Trainer.MAXTEXT, "none") is not None
+    assert recompute_refusal(Trainer.MAXTEXT, "selective") is None
+    assert all(recompute_refusal(Trainer.MEGATRON, m) is None for m in RECOMPUTE_MODES)
+    assert expert_tensor_refusal(Trainer.TORCHTITAN, 2, 4) is not None
+    assert expert_tensor_refusal(Trainer.TORCHTITAN, 1, 4) is None
+    assert expert_tensor_refusal(Trainer.MAXTEXT, 1, 4) is not None
+    assert expert_tensor_refusal(Trainer.MAXTEXT, 4, 4) is None
+    assert expert_tensor_refusal(Trainer.MEGATRON, 2, 4) is None
+    assert expert_tensor_refusal(None, 2, 4) is None
+
+
 def _candidates(tmp_path: Path, trainer: str | None):
     constraints = {"trainer": trainer} if trainer else {}
     path = write_plan(
@@ -84,6 +106,7 @@ def test_every_kept_candidate_runs_on_the_trainer(tmp_path: Path, trainer: str):
         return (
             zero_refusal(t, z, dp, pp, cp) is None
             and mesh_refusal(t, int(c.rows[i]), int(c.cols[i])) is None
+            and recompute_refusal(t, RECOMPUTE_MODES[int(c.recompute[i])]) is None
         )
 
     assert 0 < len(bound) <= len(free)
@@ -130,3 +153,29 @@ def test_an_unknown_trainer_is_one_line(tmp_path: Path):
     assert_one_line_error(
         run_cli("plan", str(path)), "constraints.trainer: got 'nemo'", "'megatron'"
     )
+
+
+@pytest.mark.parametrize("trainer", ["torchtitan", "maxtext"])
+def test_expert_tensor_degrees_follow_the_trainer(tmp_path: Path, trainer: str):
+    """A 16-expert model with the expert tensor degree searched (`auto`) on
+    16 H100: torchtitan keeps each expert whole (1), MaxText splits it over
+    the tensor axis (etp = tp, also when the file leaves the degree out)."""
+    from test_moe import MINI_MOE
+
+    for etp_given in ({"expert_tensor_parallel": "auto"}, {}):
+        path = write_plan(
+            tmp_path,
+            MINI_MOE,
+            {"global_batch_sequences": 32, "sequence_length": 2048, **etp_given},
+            "h100-hgx-2n",
+            name=f"{trainer}-moe.yaml",
+            constraints={"trainer": trainer},
+        )
+        inp = load_plan_input(path)
+        c = enumerate_candidates(inp, hardware_view(inp), Refusals())
+        assert len(c) > 0
+        tp = c.rows * c.cols
+        if trainer == "torchtitan":
+            assert (c.etp == 1).all()
+        else:
+            assert (c.etp == tp).all() and (tp > 1).any()

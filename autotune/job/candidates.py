@@ -62,9 +62,14 @@ import numpy as np
 
 from autotune.job.hardware import HardwareView
 from autotune.job.model import COLUMNS, Candidates
-from autotune.job.trainers import mesh_refusal, zero_refusal
+from autotune.job.trainers import (
+    expert_tensor_refusal,
+    mesh_refusal,
+    recompute_refusal,
+    zero_refusal,
+)
 from autotune.specs.cluster import Topology
-from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput
+from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, Trainer
 from autotune.specs.training import (
     AttentionKernel,
     ContextComm,
@@ -246,6 +251,11 @@ def enumerate_candidates(
     if _overlapped(inp) and RECOMPUTE_MODES.index("full") in modes:
         modes.remove(RECOMPUTE_MODES.index("full"))
         refusals.add("recompute", "full", OVERLAP_REFUSES_FULL)
+    for mode in list(modes):
+        why = recompute_refusal(lim.trainer, RECOMPUTE_MODES[mode])
+        if why is not None:
+            modes.remove(mode)
+            refusals.add("recompute", RECOMPUTE_MODES[mode], why)
     degrees = ("data_parallel", "pipeline_parallel", "tensor_parallel", "context_parallel")
     for degree in degrees:
         value = t.pinned(degree)
@@ -405,8 +415,14 @@ def expert_degrees(
     etps = [pinned_etp] if pinned_etp is not None else [1]
     if inp.training.expert_tensor_parallel == "auto":
         etps = divisors(mesh.num_chips)
+    if lim.trainer is Trainer.MAXTEXT and pinned_etp is None:
+        etps = [mesh.num_chips]  # MaxText splits every expert as its dense layers
     out = []
     for etp in etps:
+        why_not = expert_tensor_refusal(lim.trainer, etp, mesh.num_chips)
+        if why_not is not None:
+            refusals.add("expert_tensor_parallel", etp, why_not)
+            continue
         if moe.expert_ffn_size % etp:
             refusals.add(
                 "expert_tensor_parallel",

@@ -24,9 +24,16 @@ condition and source (autotune/formats/<target>.py):
   ZeRO-1 over data-parallel replicas) (formats/mindformers.py);
 - JAX: the export writes every plan as planned.
 
-Other choices an export cannot express (a recomputation mode, an expert
-tensor degree, a context-parallel exchange) still print as `not
-expressed:` lines.
+- recomputation: torchtitan's selective checkpointing is op-level (it
+  keeps the attention output and recomputes every other matmul), not the
+  attention core the plan prices; MaxText has no remat policy that keeps
+  every activation (no recompute `none`);
+- expert tensor parallelism: torchtitan keeps each expert whole on its
+  rank (none above 1); MaxText splits every expert over its tensor axis
+  (exactly the tensor degree, which the search then tries alone).
+
+Other choices an export cannot express (different recomputation per
+stage, a context-parallel exchange) still print as `not expressed:` lines.
 """
 
 from __future__ import annotations
@@ -84,4 +91,28 @@ def zero_refusal(trainer: Trainer | None, zero: int, dp: int, pp: int, cp: int) 
             return _because(trainer, "MaxText shards the weights over the context axis")
     if trainer is Trainer.MINDFORMERS and zero == 1 and dp > 1:
         return _because(trainer, "MindFormers' level1 parallel optimizer shards the weights too")
+    return None
+
+
+def recompute_refusal(trainer: Trainer | None, mode: str) -> str | None:
+    """Why `trainer` cannot run recomputation `mode` (none, selective,
+    full) as the plan prices it, or None (module docstring)."""
+    if trainer is Trainer.TORCHTITAN and mode == "selective":
+        return _because(
+            trainer,
+            "torchtitan's selective checkpointing recomputes every matmul but the "
+            "attention output, not the attention core",
+        )
+    if trainer is Trainer.MAXTEXT and mode == "none":
+        return _because(trainer, "MaxText has no remat policy that keeps every activation")
+    return None
+
+
+def expert_tensor_refusal(trainer: Trainer | None, etp: int, tp: int) -> str | None:
+    """Why `trainer` cannot split each routed expert over `etp` chips beside
+    a tensor degree `tp`, or None (module docstring)."""
+    if trainer is Trainer.TORCHTITAN and etp > 1:
+        return _because(trainer, "torchtitan keeps each expert whole on its rank")
+    if trainer is Trainer.MAXTEXT and etp != tp:
+        return _because(trainer, f"MaxText splits every expert over its {tp} tensor chips")
     return None

@@ -314,9 +314,10 @@ class Constraints(Spec):
     trainer: Trainer | None = Field(
         default=None,
         strict=False,
-        description="Search only the tensor meshes and ZeRO stages this trainer runs as the "
-        "plan prices them (jax, maxtext, megatron, torchtitan or mindformers: the target "
-        "`meshtune export --to` will write); omitted means every configuration.",
+        description="Search only the tensor meshes, ZeRO stages, recomputation modes and "
+        "expert tensor degrees this trainer runs as the plan prices them (jax, maxtext, "
+        "megatron, torchtitan or mindformers: the target `meshtune export --to` will write); "
+        "omitted means every configuration.",
     )
 
     tensor_parallel_within_node: bool = Field(
