@@ -179,3 +179,49 @@ def test_expert_tensor_degrees_follow_the_trainer(tmp_path: Path, trainer: str):
             assert (c.etp == 1).all()
         else:
             assert (c.etp == tp).all() and (tp > 1).any()
+
+
+def test_with_a_trainer_stages_do_not_mix_recomputation():
+    """No export writes different recomputation modes per stage, so with a
+    trainer the search's step 6 (the balancer mixing the winner's mode with
+    the next faster one per stage) does not run; without one it may."""
+    from autotune.job.search import _mix_winner
+    from autotune.job.trainers import stage_mixes
+    from autotune.specs.job import Constraints
+
+    assert stage_mixes(None) and not any(stage_mixes(t) for t in Trainer)
+    ranked = ["the ranking as it was"]
+    lim = Constraints(trainer=Trainer.MEGATRON)
+    assert _mix_winner(None, None, None, None, ranked, lim, {}, {}) == (ranked, False)
+
+
+@pytest.mark.parametrize("target", ["megatron", "maxtext", "torchtitan"])
+def test_a_per_stage_plan_exports_the_heaviest_mode_and_says_so(tmp_path: Path, target: str):
+    """A plan whose stages recompute differently (the search's step 6
+    without a trainer): Megatron-LM, MaxText and torchtitan apply one mode
+    to every block, so the export writes the heaviest and a `not
+    expressed:` line. The MaxText export used to fail with an internal
+    error on it and the Megatron-LM one to recompute nothing (regression)."""
+    import json
+
+    from autotune.formats.export import export_plan
+
+    fixture = Path(__file__).parent / "fixtures" / "formats" / "plan_gpt3_1d_tp8.json"
+    doc = json.loads(fixture.read_text())
+    doc["configuration"]["recompute"] = "per-stage"
+    stages = doc["pipeline"]["stages"]
+    n = stages[0]["layers"]
+    stages[0]["recompute"] = {"full": n // 2, "none": n - n // 2}
+    for stage in stages[1:]:
+        stage["recompute"] = {"none": stage["layers"]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    result = export_plan(str(path), target)
+    text = "".join(f.text for f in result.files)
+    assert any(line.startswith("recompute per stage") for line in result.not_expressed)
+    written = {
+        "megatron": "--recompute-granularity full",
+        "maxtext": 'remat_policy: "full"',
+        "torchtitan": "FullAC",
+    }[target]
+    assert written in text

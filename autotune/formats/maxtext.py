@@ -227,8 +227,14 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
             "(AMD) and fp8_full (static scaling) for dense GEMMs; the export leaves it in "
             f"{t.dtype.value}"
         )
-    out["remat_policy"] = _REMAT[view.recompute]
-    if view.recompute == "none":
+    chosen = view.heaviest_recompute
+    if view.recompute != chosen:
+        notes.drop(
+            f"recompute per stage {view.stage_recompute()}: MaxText's remat_policy holds for "
+            f"every layer; the file uses {chosen}'s"
+        )
+    out["remat_policy"] = _REMAT[chosen]
+    if chosen == "none":
         notes.drop(
             "recompute none: MaxText has no remat_policy that keeps every activation; "
             "'minimal_with_context' keeps matmul outputs and recomputes element-wise ops"

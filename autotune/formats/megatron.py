@@ -226,7 +226,13 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             "--no-scatter-gather-tensors-in-pipeline is gone); the plan priced larger sends"
         )
     args += _split_args(view)
-    args += _recompute_args(view.recompute)
+    chosen = view.heaviest_recompute
+    if view.recompute != chosen:
+        notes.drop(
+            f"recompute per stage {view.stage_recompute()}: Megatron-LM recomputes every "
+            f"stage alike; the arguments use {chosen}"
+        )
+    args += _recompute_args(chosen)
     if view.zero_stage >= 1:
         args.append(("--use-distributed-optimizer", None))
     if view.zero_stage >= 2:

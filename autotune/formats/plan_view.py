@@ -101,6 +101,14 @@ class PlanView:
         return self.doc.configuration.recompute
 
     @property
+    def heaviest_recompute(self) -> str:
+        """The heaviest recomputation any stage uses (none < selective <
+        full): what a trainer that recomputes every block alike runs for a
+        per-stage plan; the plan's own mode otherwise."""
+        modes = {mode for stage in self.stage_recompute() for mode in stage}
+        return next((m for m in ("full", "selective", "none") if m in modes), "none")
+
+    @property
     def layers_per_stage(self) -> list[int]:
         """Blocks on each pipeline stage (all its chunks)."""
         return [st.layers for st in self.doc.pipeline.stages]

@@ -348,7 +348,7 @@ def _checkpointing(view: PlanView, notes: Notes) -> str:
     """torchtitan's activation checkpointing for the plan's recomputation:
     one mode for every block (the heaviest where the plan mixes them)."""
     modes = {mode for stage in view.stage_recompute() for mode in stage}
-    chosen = next(mode for mode in ("full", "selective", "none") if mode in modes)
+    chosen = view.heaviest_recompute
     if len(modes) > 1:
         notes.drop(
             f"recompute per stage {view.stage_recompute()}: torchtitan checkpoints every "

@@ -62,6 +62,7 @@ from autotune.job.model import (
     pipeline_send_s,
     price,
 )
+from autotune.job.trainers import stage_mixes
 from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, LayerSplit
 from autotune.specs.plan_input import DataflowPolicy
 from autotune.specs.training import Fp8Recipe
@@ -392,6 +393,8 @@ def _mix_winner(
     """Step 6: let the balancer mix the balanced winner's mode with the next
     faster one per stage; a proved, faster plan that fits replaces it.
     Returns the ranking and whether a solve ran."""
+    if not stage_mixes(lim.trainer):
+        return ranked, False
     top = ranked[0]
     rows = keys[_config_key_of(top.config, True)]
     modes = _balancer_modes(c, rows, priced, False, mix=True)

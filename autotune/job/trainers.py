@@ -32,8 +32,14 @@ condition and source (autotune/formats/<target>.py):
   rank (none above 1); MaxText splits every expert over its tensor axis
   (exactly the tensor degree, which the search then tries alone).
 
-Other choices an export cannot express (different recomputation per
-stage, a context-parallel exchange) still print as `not expressed:` lines.
+- recomputation per stage: no export writes different modes for different
+  stages (Megatron-LM, torchtitan and MaxText apply one mode to every
+  block, MindFormers' per-stage lists come from `meshtune pipeline`, the
+  JAX module does not rematerialise), so with a trainer the search does
+  not mix modes across stages (stage_mixes).
+
+A context-parallel exchange a trainer does not have still prints as a
+`not expressed:` line.
 """
 
 from __future__ import annotations
@@ -116,3 +122,9 @@ def expert_tensor_refusal(trainer: Trainer | None, etp: int, tp: int) -> str | N
     if trainer is Trainer.MAXTEXT and etp != tp:
         return _because(trainer, f"MaxText splits every expert over its {tp} tensor chips")
     return None
+
+
+def stage_mixes(trainer: Trainer | None) -> bool:
+    """Whether the search may give stages different recomputation modes
+    (the balancer's step 6): only without a trainer (module docstring)."""
+    return trainer is None
