@@ -228,7 +228,7 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
             f"{t.dtype.value}"
         )
     chosen = view.heaviest_recompute
-    if view.recompute != chosen:
+    if len(view.recompute_modes) > 1:
         notes.drop(
             f"recompute per stage {view.stage_recompute()}: MaxText's remat_policy holds for "
             f"every layer; the file uses {chosen}'s"

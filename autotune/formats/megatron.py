@@ -84,6 +84,7 @@ from autotune.formats.export import (
     needs_1d,
 )
 from autotune.formats.plan_view import PlanView, gemm, tp_collectives
+from autotune.job.trainers import megatron_fsdp_runs
 from autotune.plan.schema import GemmDoc
 from autotune.specs.model import FfnKind, PositionEncoding
 from autotune.specs.training import Fp8Recipe
@@ -227,7 +228,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         )
     args += _split_args(view)
     chosen = view.heaviest_recompute
-    if view.recompute != chosen:
+    if len(view.recompute_modes) > 1:
         notes.drop(
             f"recompute per stage {view.stage_recompute()}: Megatron-LM recomputes every "
             f"stage alike; the arguments use {chosen}"
@@ -337,8 +338,9 @@ _SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
 def uses_megatron_fsdp(view: PlanView) -> bool:
     """Whether the export runs the plan's ZeRO-2 or ZeRO-3 as Megatron-FSDP:
-    without pipeline stages only (_fsdp_args)."""
-    return view.zero_stage >= 2 and view.training.pipeline_parallel == 1
+    without pipeline stages only (megatron_fsdp_runs, the rule the search
+    follows under `constraints.trainer: megatron` too)."""
+    return view.zero_stage >= 2 and megatron_fsdp_runs(view.training.pipeline_parallel)
 
 
 def _fsdp_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
@@ -349,10 +351,8 @@ def _fsdp_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     (megatron/training/arguments.py lines 1118-1181 and 3190-3192 at
     d98e8a64; docs/user-guide/features/megatron_fsdp.md "Megatron-LM"). Its
     version 1, the default, keeps --use-distributed-optimizer. Megatron-FSDP
-    is documented and tested without pipeline stages (its version 2 refuses
-    them: megatron/core/distributed/fsdp/mcore_fsdp_adapter.py lines
-    627-638), so a pipelined plan keeps the distributed optimizer's ZeRO-1
-    and says so."""
+    runs without pipeline stages (megatron_fsdp_runs), so a pipelined plan
+    keeps the distributed optimizer's ZeRO-1 and says so."""
     if not uses_megatron_fsdp(view):
         notes.drop(
             f"ZeRO stage {view.zero_stage} with pipeline parallelism: Megatron-FSDP, which "

@@ -101,11 +101,17 @@ class PlanView:
         return self.doc.configuration.recompute
 
     @property
+    def recompute_modes(self) -> set[str]:
+        """Every recomputation mode some block of the plan uses."""
+        return {mode for stage in self.stage_recompute() for mode in stage}
+
+    @property
     def heaviest_recompute(self) -> str:
         """The heaviest recomputation any stage uses (none < selective <
         full): what a trainer that recomputes every block alike runs for a
-        per-stage plan; the plan's own mode otherwise."""
-        modes = {mode for stage in self.stage_recompute() for mode in stage}
+        per-stage plan (`recompute_modes` holds more than one); the plan's
+        own mode otherwise."""
+        modes = self.recompute_modes
         return next((m for m in ("full", "selective", "none") if m in modes), "none")
 
     @property

@@ -347,9 +347,8 @@ def meshtune_plan():
 def _checkpointing(view: PlanView, notes: Notes) -> str:
     """torchtitan's activation checkpointing for the plan's recomputation:
     one mode for every block (the heaviest where the plan mixes them)."""
-    modes = {mode for stage in view.stage_recompute() for mode in stage}
     chosen = view.heaviest_recompute
-    if len(modes) > 1:
+    if len(view.recompute_modes) > 1:
         notes.drop(
             f"recompute per stage {view.stage_recompute()}: torchtitan checkpoints every "
             f"block alike; the module uses {chosen}"

@@ -4,42 +4,39 @@
 Without the constraint the search prices every configuration the model
 allows, and `meshtune export --to TARGET` writes what the trainer can
 express, with a `not expressed:` line (or a refusal) for the rest. With it,
-the search leaves out the tensor meshes and ZeRO stages the target would
-run differently from the plan, each with the reason the report lists
-beside the other refused degrees. Each rule mirrors the exporter's own
-condition and source (autotune/formats/<target>.py):
+the search leaves out the tensor meshes, ZeRO stages, recomputation modes
+and expert tensor degrees the target would run differently from the plan,
+each with the reason the report lists beside the other refused degrees,
+and it does not mix recomputation modes across stages. Each rule mirrors
+the exporter's own condition and source (autotune/formats/<target>.py):
 
-- one tensor axis: Megatron-LM and torchtitan (formats/export.py
-  `needs_1d`);
-- Megatron-LM: ZeRO-2 and ZeRO-3 are Megatron-FSDP, which runs without
-  pipeline stages (formats/megatron.py `_fsdp_args`);
-- torchtitan: FSDP shards gradients with the optimizer state (no ZeRO-1),
-  and shards the weights over the context-parallel group whenever it is on
-  (no ZeRO-0 with context parallelism) (formats/torchtitan.py);
-- MaxText: the optimizer state is sharded only together with the weights
-  (no ZeRO-1 or ZeRO-2 over data-parallel replicas), and its logical axis
-  rules shard the weights over the context axis (ZeRO-3 with context
-  parallelism) (formats/maxtext.py);
-- MindFormers: the parallel optimizer's level1 shards the weights too (no
-  ZeRO-1 over data-parallel replicas) (formats/mindformers.py);
-- JAX: the export writes every plan as planned.
-
+- tensor mesh: Megatron-LM and torchtitan run one tensor axis
+  (formats/export.py `needs_1d`);
+- ZeRO stage: Megatron-LM's ZeRO-2 and ZeRO-3 are Megatron-FSDP, which runs
+  without pipeline stages (megatron_fsdp_runs, which formats/megatron.py
+  uses too); torchtitan's FSDP shards gradients with the optimizer state
+  (no ZeRO-1) and shards the weights over the context-parallel group
+  whenever it is on (no ZeRO-0 with context parallelism); MaxText shards
+  the optimizer state only together with the weights (no ZeRO-1 or ZeRO-2
+  over data-parallel replicas) and the weights over its context axis
+  (ZeRO-3 with context parallelism); MindFormers' level1 parallel optimizer
+  shards the weights too (no ZeRO-1 over data-parallel replicas);
 - recomputation: torchtitan's selective checkpointing is op-level (it
   keeps the attention output and recomputes every other matmul), not the
   attention core the plan prices; MaxText has no remat policy that keeps
   every activation (no recompute `none`);
 - expert tensor parallelism: torchtitan keeps each expert whole on its
   rank (none above 1); MaxText splits every expert over its tensor axis
-  (exactly the tensor degree, which the search then tries alone).
-
+  (exactly the tensor degree, which the search then tries alone);
 - recomputation per stage: no export writes different modes for different
   stages (Megatron-LM, torchtitan and MaxText apply one mode to every
   block, MindFormers' per-stage lists come from `meshtune pipeline`, the
   JAX module does not rematerialise), so with a trainer the search does
   not mix modes across stages (stage_mixes).
 
-A context-parallel exchange a trainer does not have still prints as a
-`not expressed:` line.
+JAX has no rule but the last: its export writes every plan as planned. A
+context-parallel exchange a trainer does not have still prints as a `not
+expressed:` line.
 """
 
 from __future__ import annotations
@@ -62,6 +59,16 @@ def _because(trainer: Trainer, reason: str) -> str:
     return f"{reason} (constraints.trainer: {trainer.value})"
 
 
+def megatron_fsdp_runs(pipeline_parallel: int) -> bool:
+    """Whether Megatron-FSDP, Megatron-LM's ZeRO-2 and ZeRO-3, runs with
+    `pipeline_parallel` stages: only with one. It is documented and tested
+    without pipeline stages (NVIDIA/Megatron-LM d98e8a64
+    docs/user-guide/features/megatron_fsdp.md and examples/megatron_fsdp),
+    and its version 2 refuses them
+    (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py lines 627-638)."""
+    return pipeline_parallel == 1
+
+
 def mesh_refusal(trainer: Trainer | None, rows: int, cols: int) -> str | None:
     """Why `trainer` cannot run a `rows x cols` tensor mesh, or None."""
     if trainer in _ONE_AXIS and rows > 1 and cols > 1:
@@ -73,7 +80,7 @@ def zero_refusal(trainer: Trainer | None, zero: int, dp: int, pp: int, cp: int) 
     """Why `trainer` cannot run ZeRO stage `zero` over `dp` data-parallel
     replicas with `pp` pipeline stages and `cp` context-parallel chips as
     the plan prices it, or None (module docstring)."""
-    if trainer is Trainer.MEGATRON and zero >= 2 and pp > 1:
+    if trainer is Trainer.MEGATRON and zero >= 2 and not megatron_fsdp_runs(pp):
         return _because(
             trainer,
             "Megatron-LM shards gradients and weights with Megatron-FSDP, which runs "
