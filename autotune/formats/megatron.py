@@ -84,7 +84,6 @@ from autotune.formats.export import (
     needs_1d,
 )
 from autotune.formats.plan_view import PlanView, gemm, tp_collectives
-from autotune.job.trainers import megatron_fsdp_runs
 from autotune.plan.schema import GemmDoc
 from autotune.specs.model import FfnKind, PositionEncoding
 from autotune.specs.training import Fp8Recipe
@@ -338,9 +337,11 @@ _SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
 def uses_megatron_fsdp(view: PlanView) -> bool:
     """Whether the export runs the plan's ZeRO-2 or ZeRO-3 as Megatron-FSDP:
-    without pipeline stages only (megatron_fsdp_runs, the rule the search
-    follows under `constraints.trainer: megatron` too)."""
-    return view.zero_stage >= 2 and megatron_fsdp_runs(view.training.pipeline_parallel)
+    without pipeline stages only (the same rule as job/trainers.py
+    megatron_fsdp_runs, which the search follows under
+    `constraints.trainer: megatron`; formats may not import job, tests/
+    test_layering.py)."""
+    return view.zero_stage >= 2 and view.training.pipeline_parallel == 1
 
 
 def _fsdp_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
@@ -351,7 +352,7 @@ def _fsdp_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     (megatron/training/arguments.py lines 1118-1181 and 3190-3192 at
     d98e8a64; docs/user-guide/features/megatron_fsdp.md "Megatron-LM"). Its
     version 1, the default, keeps --use-distributed-optimizer. Megatron-FSDP
-    runs without pipeline stages (megatron_fsdp_runs), so a pipelined plan
+    runs without pipeline stages (uses_megatron_fsdp), so a pipelined plan
     keeps the distributed optimizer's ZeRO-1 and says so."""
     if not uses_megatron_fsdp(view):
         notes.drop(

@@ -13,9 +13,10 @@ the exporter's own condition and source (autotune/formats/<target>.py):
 - tensor mesh: Megatron-LM and torchtitan run one tensor axis
   (formats/export.py `needs_1d`);
 - ZeRO stage: Megatron-LM's ZeRO-2 and ZeRO-3 are Megatron-FSDP, which runs
-  without pipeline stages (megatron_fsdp_runs, which formats/megatron.py
-  uses too); torchtitan's FSDP shards gradients with the optimizer state
-  (no ZeRO-1) and shards the weights over the context-parallel group
+  without pipeline stages (megatron_fsdp_runs; formats/megatron.py
+  `uses_megatron_fsdp` states the same rule, as formats may not import
+  job); torchtitan's FSDP shards gradients with the optimizer state (no
+  ZeRO-1) and shards the weights over the context-parallel group
   whenever it is on (no ZeRO-0 with context parallelism); MaxText shards
   the optimizer state only together with the weights (no ZeRO-1 or ZeRO-2
   over data-parallel replicas) and the weights over its context axis
