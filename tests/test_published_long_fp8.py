@@ -118,6 +118,11 @@ def _training(row: dict) -> tuple[dict, float]:
     else:
         training["micro_batch_size"] = row["micro_batch"]
         training["fc_algorithm"] = "megatron-1d"
+        if row.get("tp_comm_overlap_as_recipe"):
+            # Transformer Engine's userbuffers overlap (the release's recipe,
+            # fixture README): sliced collectives on a 1 x N mesh, as async TP
+            training["fc_algorithm"] = "meshslice"
+            training["tensor_mesh"] = "1d"
     return training, measured_s
 
 
