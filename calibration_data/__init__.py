@@ -12,6 +12,7 @@ CALIBRATION_PRESETS: dict[str, str] = {
     "a100-measured": "a100_measured.json",
     "h100-nominal": "h100_nominal.json",
     "h100-measured": "h100_measured.json",
+    "h100-measured-fa2": "h100_measured_fa2.json",
     "b200-nominal": "b200_nominal.json",
     "mi300x-nominal": "mi300x_nominal.json",
     "tpu-v5p-nominal": "tpu_v5p_nominal.json",

@@ -1,4 +1,5 @@
-"""Write `a100_measured.json` and `h100_measured.json`: calibrations fitted
+"""Write `a100_measured.json`, `h100_measured.json` and
+`h100_measured_fa2.json`: calibrations fitted
 by `meshtune calibrate` from public measurements
 (calibration_data/measured/README.md cites each), with the measured HBM
 bandwidth for memory-bound kernels.
@@ -34,6 +35,12 @@ h100-measured:
 - HBM: 2.97 TB/s, BabelStream Triad on ND H100 v5 (H100 80GB HBM3).
 - Not measured, kept from `h100-nominal` with calibrate's warnings: the
   NVSwitch links and the overlap slowdown.
+
+h100-measured-fa2: h100-measured with FlashAttention-2's attention (the
+flash-attn package, forward and backward, full and causal masks, one
+Hopper GPU, head dim 128; pytorch/benchmark's tritonbench table) in place
+of FlashAttention-3's, for stacks whose attention is FlashAttention-2
+(Transformer Engine with its cuDNN backend off, PyTorch's SDPA of 2024).
 
 Nothing here is fitted to, or chosen by, the published training runs the
 tests compare with (tests/fixtures/published/, published_fp8_cp/).
@@ -96,6 +103,21 @@ RECIPES = (
         # BabelStream Triad, Azure ND H100 v5 (H100 80GB HBM3): 2.97 TB/s
         # (Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md,
         # commit ae0b6a7f47caee92985aafc546faf30e9d4a3ca7, table "HBM Bandwidth").
+        hbm_bytes_per_s=2.97e12,
+        hbm_note="HBM 2.97 TB/s: BabelStream Triad on an H100 80GB HBM3 (Azure ND H100 v5",
+    ),
+    Recipe(
+        name="h100-measured-fa2",
+        out=HERE / "h100_measured_fa2.json",
+        inputs=(
+            MEASURED / "all_reduce_perf_32xh100_4host.txt",
+            MEASURED / "gemm_h100_bf16_xla.csv",
+            MEASURED / "gemm_h100_fp8_azure.csv",
+            MEASURED / "attention_h100_fa2_tritonbench.csv",
+        ),
+        chip="h100-sxm",
+        base="h100-nominal",
+        # the same HBM measurement as h100-measured
         hbm_bytes_per_s=2.97e12,
         hbm_note="HBM 2.97 TB/s: BabelStream Triad on an H100 80GB HBM3 (Azure ND H100 v5",
     ),
