@@ -91,7 +91,12 @@ def attention_rate_length(seq_len: ArrayLike, causal: bool) -> np.ndarray:
     (FlashAttention-3 backward on H100, B=4, H=48, d=128: meta-pytorch/
     tritonbench pull requests #1256, full, and #1267, causal) the causal
     rate at `s` is within 3% of the full rate at `s / 2` for s = 2,048 -
-    8,192 (316/313, 444/435, 539/520 TFLOP/s). Units: tokens."""
+    8,192 (316/313, 444/435, 539/520 TFLOP/s). On FlashAttention-2, both
+    masks and both passes on one Hopper GPU (pytorch/benchmark commit
+    c0409aaf, d = 128), the backward agrees within 4% for s = 2,048 -
+    16,384 (183/190 ... 307/302) but the causal forward runs 8-13% below the
+    full rate at `s / 2` (286/327 ... 329/356): a fit to both masks (as
+    `h100-measured-fa2`'s) splits that difference. Units: tokens."""
     s = np.asarray(seq_len, dtype=float)
     return s / 2.0 if causal else s
 
