@@ -52,7 +52,7 @@ import contextlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +72,25 @@ class Recipe:
     hbm_note: str
 
 
+_H100_MEASURED = Recipe(
+    name="h100-measured",
+    out=HERE / "h100_measured.json",
+    inputs=(
+        MEASURED / "all_reduce_perf_32xh100_4host.txt",
+        MEASURED / "gemm_h100_bf16_xla.csv",
+        MEASURED / "gemm_h100_fp8_azure.csv",
+        MEASURED / "attention_h100_fa3_tritonbench.csv",
+        MEASURED / "attention_backward_h100_fa3_tritonbench.csv",
+    ),
+    chip="h100-sxm",
+    base="h100-nominal",
+    # BabelStream Triad, Azure ND H100 v5 (H100 80GB HBM3): 2.97 TB/s
+    # (Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md,
+    # commit ae0b6a7f47caee92985aafc546faf30e9d4a3ca7, table "HBM Bandwidth").
+    hbm_bytes_per_s=2.97e12,
+    hbm_note="HBM 2.97 TB/s: BabelStream Triad on an H100 80GB HBM3 (Azure ND H100 v5",
+)
+
 RECIPES = (
     Recipe(
         name="a100-measured",
@@ -88,38 +107,17 @@ RECIPES = (
         hbm_bytes_per_s=1.70e12,
         hbm_note="HBM 1.70 TB/s: BabelStream Triad on an A100-SXM4-80GB (Azure ND A100 v4",
     ),
-    Recipe(
-        name="h100-measured",
-        out=HERE / "h100_measured.json",
-        inputs=(
-            MEASURED / "all_reduce_perf_32xh100_4host.txt",
-            MEASURED / "gemm_h100_bf16_xla.csv",
-            MEASURED / "gemm_h100_fp8_azure.csv",
-            MEASURED / "attention_h100_fa3_tritonbench.csv",
-            MEASURED / "attention_backward_h100_fa3_tritonbench.csv",
-        ),
-        chip="h100-sxm",
-        base="h100-nominal",
-        # BabelStream Triad, Azure ND H100 v5 (H100 80GB HBM3): 2.97 TB/s
-        # (Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md,
-        # commit ae0b6a7f47caee92985aafc546faf30e9d4a3ca7, table "HBM Bandwidth").
-        hbm_bytes_per_s=2.97e12,
-        hbm_note="HBM 2.97 TB/s: BabelStream Triad on an H100 80GB HBM3 (Azure ND H100 v5",
-    ),
-    Recipe(
+    _H100_MEASURED,
+    # the same measurements with FlashAttention-2's attention rows in place
+    # of FlashAttention-3's (forward and backward in one file)
+    replace(
+        _H100_MEASURED,
         name="h100-measured-fa2",
         out=HERE / "h100_measured_fa2.json",
         inputs=(
-            MEASURED / "all_reduce_perf_32xh100_4host.txt",
-            MEASURED / "gemm_h100_bf16_xla.csv",
-            MEASURED / "gemm_h100_fp8_azure.csv",
+            *(p for p in _H100_MEASURED.inputs if "attention" not in p.name),
             MEASURED / "attention_h100_fa2_tritonbench.csv",
         ),
-        chip="h100-sxm",
-        base="h100-nominal",
-        # the same HBM measurement as h100-measured
-        hbm_bytes_per_s=2.97e12,
-        hbm_note="HBM 2.97 TB/s: BabelStream Triad on an H100 80GB HBM3 (Azure ND H100 v5",
     ),
 )
 
