@@ -302,3 +302,72 @@ __all__ = [
     "router_bytes",
     "tokens_per_expert",
 ]
+
+
+DEFAULT_HOST_LAUNCH_S = 13.7e-6
+"""Host (CPU and framework) time to issue one kernel of the routed experts'
+per-expert path: the median of 645,099 Transformer Engine GEMM calls
+(`nvte_cublas_gemm` NVTX ranges) in an nsys profile of Qwen3-30B-A3B
+training on Megatron-LM at EP 8 (16 local experts, BF16, on B200; mean
+20.3 us, minimum 10.3 us): yanring/Megatron-MoE-ModelZoo issue 7. A
+measurement of a different node and an older Megatron-LM than a user's:
+a calibration's `host_launch_s` replaces it. Seconds."""
+
+#: per local expert and Transformer Engine GroupedLinear: quantize kernels
+#: for each operand cast (forward: the input; backward: the output
+#: gradient), by FP8 recipe, and whether one fused kernel casts every
+#: expert's operand (the recipe's count is then per layer, not per expert)
+_QUANTIZE_KERNELS = {
+    "none": (0, False),
+    "delayed": (1, True),
+    "current": (3, False),
+    "mxfp8": (1, False),
+    "blockwise": (1, False),
+}
+
+
+def expert_kernel_launches(local_experts: ArrayLike, fp8_recipe: str) -> tuple[float, float]:
+    """(forward, backward) kernel launches of one MoE layer's routed
+    experts per micro-batch on one chip, as Megatron-LM runs them with
+    Transformer Engine's GroupedLinear (two per layer: the first FFN
+    matrix, gate and up fused, and the second), for `L` local experts::
+
+        forward  = 2 (L + q_f)      backward = 2 (2 L + q_b)
+        q = L c  (one cast of c kernels per expert), or 1 (fused over experts)
+
+    Derivation from Transformer Engine v2.9 (commit 70f53666): GroupedLinear
+    runs one cuBLAS GEMM per expert, round-robin on four side streams
+    (`common/gemm/cublaslt_gemm.cu` lines 924-977), not one grouped kernel:
+    `L` forward GEMMs, `L` data-gradient and `L` weight-gradient GEMMs; the
+    forward casts the input and the backward the output gradient per
+    expert (`pytorch/module/grouped_linear.py` split_quantize), in three
+    kernels under current scaling (amax, scale, cast:
+    `pytorch/csrc/quantizer.cpp` lines 497-535), one under MXFP8 and
+    blockwise scaling, and in one fused kernel for all experts only under
+    delayed scaling (`pytorch/csrc/extensions/cast.cpp` lines 116-149);
+    BF16 casts nothing. Weight casts happen on a step's first micro-batch
+    only and are left out. Units: kernel launches. `local_experts`
+    vectorised."""
+    if fp8_recipe not in _QUANTIZE_KERNELS:
+        raise ValueError(f"unknown FP8 recipe {fp8_recipe!r}")
+    per_cast, fused = _QUANTIZE_KERNELS[fp8_recipe]
+    n = np.asarray(local_experts, dtype=float)
+    casts = per_cast if fused else per_cast * n
+    forward = 2.0 * (n + casts)
+    backward = 2.0 * (2.0 * n + casts)
+    return forward, backward
+
+
+def host_bound_s(gpu_s: ArrayLike, launches: ArrayLike, host_launch_s: float) -> np.ndarray:
+    """Time of a run of kernels the host issues one by one while the GPU
+    waits for them::
+
+        time = max(gpu_s, launches x host_launch_s)
+
+    The routed experts' path runs so in Megatron-LM: its alltoall
+    dispatcher blocks the host on a device-to-host copy of the token counts
+    once per MoE layer forward (megatron/core/transformer/moe/
+    token_dispatcher.py lines 921-960 at d98e8a64), so the host cannot
+    queue the experts' kernels ahead, and a kernel cannot start before the
+    host has issued it (derivation). Units: seconds. Vectorised."""
+    return np.maximum(np.asarray(gpu_s, dtype=float), np.asarray(launches) * host_launch_s)

@@ -797,3 +797,152 @@ def test_the_balancer_sees_dense_and_moe_blocks_as_two_kinds(tmp_path: Path) -> 
     assert [(g.kind, g.count) for g in problem.groups] == [("dense", 2), ("moe", 6)]
     moe, dense = problem.groups[1], problem.groups[0]
     assert moe.forward_s > dense.forward_s and moe.parameter_bytes > dense.parameter_bytes
+
+
+@pytest.mark.parametrize(
+    ("recipe", "local", "forward", "backward"),
+    [
+        # two GroupedLinears; per expert L GEMMs forward, 2 L backward, and
+        # the casts: current scaling 3 kernels per expert and operand, MXFP8
+        # and blockwise 1, delayed scaling 1 fused kernel for all experts
+        ("none", 16, 2 * 16, 2 * 32),
+        ("current", 16, 2 * (16 + 48), 2 * (32 + 48)),
+        ("current", 4, 2 * (4 + 12), 2 * (8 + 12)),
+        ("mxfp8", 16, 2 * (16 + 16), 2 * (32 + 16)),
+        ("blockwise", 2, 2 * (2 + 2), 2 * (4 + 2)),
+        ("delayed", 16, 2 * (16 + 1), 2 * (32 + 1)),
+        ("delayed", 1, 2 * (1 + 1), 2 * (2 + 1)),
+    ],
+)
+def test_expert_kernel_launches_by_hand(recipe: str, local: int, forward: int, backward: int):
+    from cost_models.moe import expert_kernel_launches
+
+    assert expert_kernel_launches(local, recipe) == (forward, backward)
+
+
+def test_host_bound_time_by_hand() -> None:
+    """max(GPU, launches x host time): 128 launches at 13.7 us are 1.7536
+    ms, above a 0.4 ms GPU path and below a 2 ms one; no host time leaves
+    the GPU's."""
+    from cost_models.moe import DEFAULT_HOST_LAUNCH_S, host_bound_s
+
+    assert DEFAULT_HOST_LAUNCH_S == 13.7e-6
+    assert float(host_bound_s(0.4e-3, 128, 13.7e-6)) == pytest.approx(1.7536e-3)
+    assert float(host_bound_s(2e-3, 128, 13.7e-6)) == 2e-3
+    assert float(host_bound_s(0.4e-3, 128, 0.0)) == 0.4e-3
+
+
+@pytest.mark.parametrize(
+    ("trainer", "gpu_nodes", "issued"),
+    [
+        (None, True, True),
+        (None, False, False),
+        ("megatron", True, True),
+        ("megatron", False, True),
+        ("torchtitan", True, False),
+        ("jax", True, False),
+        ("maxtext", False, False),
+        ("mindformers", True, False),
+    ],
+)
+def test_which_trainers_issue_per_expert_kernels(trainer, gpu_nodes: bool, issued: bool) -> None:
+    from autotune.job.trainers import per_expert_kernels
+    from autotune.specs.job import Trainer
+
+    assert per_expert_kernels(None if trainer is None else Trainer(trainer), gpu_nodes) is issued
+
+
+FINE_MOE = {
+    **MINI_MOE,
+    "name": "fine-moe",
+    "hidden_size": 2048,
+    "num_heads": 32,
+    "num_kv_heads": 4,
+    "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_size": 768},
+}
+
+
+def test_many_small_local_experts_wait_on_the_host(tmp_path: Path) -> None:
+    """Qwen3-30B-A3B-like experts (128 of width 768, 8 per token) at EP 8 on
+    one HGX H100 node under FP8 current scaling: 16 local experts issue
+    2 (16 + 48) = 128 kernels forward and 2 (32 + 48) = 160 backward, at
+    13.7 us each 1.75 and 2.19 ms of host time per layer and micro-batch,
+    more than the GPU needs for their GEMMs; the report says so. torchtitan
+    (one grouped GEMM) and a calibration with host_launch_s 0 leave host
+    time out, and the step is faster by exactly the wait."""
+    import json
+
+    from planning import plan_for
+
+    from autotune.job.report import experts_line
+
+    training = pinned(
+        {
+            "global_batch_sequences": 8,
+            "sequence_length": 4096,
+            "tensor_parallel": 1,
+            "data_parallel": 8,
+            "expert_parallel": 8,
+            "fp8": "current",
+            "zero_stage": 3,
+        }
+    )
+    plan = plan_for(tmp_path, FINE_MOE, training, "h100-hgx", calibration="h100-measured")
+    x = plan.experts
+    assert x is not None and x.host_launches == (128.0, 160.0)
+    assert x.host_wait_s > 0.0
+    line = experts_line(plan)
+    assert "host-bound: 288 per-expert kernel launches per layer and micro-batch" in line
+    assert "13.7 us (a public profile's median; set host_launch_s in the calibration)" in line
+
+    free = plan_for(
+        tmp_path, FINE_MOE, training, "h100-hgx", calibration="h100-measured",
+        constraints={"trainer": "torchtitan"},
+    )  # fmt: skip
+    assert free.experts is not None and free.experts.host_wait_s == 0.0
+    assert "host-bound" not in experts_line(free)
+    assert free.step_s < plan.step_s
+
+    doc = json.loads((REPO / "calibration_data" / "h100_measured.json").read_text())
+    doc["host_launch_s"] = 0.0
+    cal = tmp_path / "no-host.json"
+    cal.write_text(json.dumps(doc))
+    off = plan_for(tmp_path, FINE_MOE, training, "h100-hgx", calibration=str(cal))
+    assert off.experts is not None and off.experts.host_wait_s == 0.0
+    assert off.step_s == pytest.approx(free.step_s, rel=1e-12)
+
+    doc["host_launch_s"] = 27.4e-6  # twice the default: more wait, named as measured
+    cal.write_text(json.dumps(doc))
+    slow = plan_for(tmp_path, FINE_MOE, training, "h100-hgx", calibration=str(cal))
+    assert slow.experts is not None and slow.experts.host_wait_s > x.host_wait_s
+    assert "27.4 us (the calibration's host_launch_s)" in experts_line(slow)
+
+
+def test_few_large_local_experts_are_not_host_bound(tmp_path: Path) -> None:
+    """16 experts of width 8192 on hidden 4096 at EP 8 (2 local experts of
+    4,096 rows, 0.55 TFLOP per GEMM): 2 (2 + 6) forward and 2 (4 + 6)
+    backward launches (0.22 and 0.27 ms at 13.7 us) are under the GPU's
+    time; the host adds nothing."""
+    from planning import plan_for
+
+    training = pinned(
+        {
+            "global_batch_sequences": 8,
+            "sequence_length": 4096,
+            "tensor_parallel": 1,
+            "data_parallel": 8,
+            "expert_parallel": 8,
+            "fp8": "current",
+            "zero_stage": 1,
+        }
+    )
+    large = {
+        **MINI_MOE,
+        "hidden_size": 4096,
+        "num_heads": 32,
+        "head_dim": 128,
+        "moe": {"num_experts": 16, "experts_per_token": 2, "expert_ffn_size": 8192},
+    }
+    plan = plan_for(tmp_path, large, training, "h100-hgx", calibration="h100-measured")
+    assert plan.experts is not None and plan.experts.host_launches == (16.0, 20.0)
+    assert plan.experts.host_wait_s == 0.0

@@ -35,12 +35,14 @@ FIXTURE = REPO / "tests" / "fixtures" / "published_moe" / "rows.yaml"
 CALIBRATION = "h100-measured"
 STEP_TARGET = 0.15
 # The record of the current figures, so a change that makes them worse
-# fails (docs/accuracy.md): the target is NOT met (median 30.8%, largest
-# 57.0%). The three large models' rows (expert groups over 4-8 nodes, the
+# fails (docs/accuracy.md): the target is NOT met (median 22.6%, largest
+# 49.4%). The three large models' rows (expert groups over 4-8 nodes, the
 # runs' dispatcher and all-to-all overlap priced) are within 6-12%
 # (SPANNING_RECORD); the fine-grained models' rows (Qwen3-30B-A3B,
-# gpt-oss-120b) are 28-57% fast: fixed per-kernel costs the model leaves out.
-STEP_RECORD = (0.31, 0.58)
+# gpt-oss-120b) are 21-49% fast: the Qwen3-30B rows now wait on the host
+# for their 8-16 local experts' kernels (30.8% median before), gpt-oss's
+# BF16 experts do not, and what else they lack is not known.
+STEP_RECORD = (0.23, 0.50)
 SPANNING_RECORD = 0.12
 
 pytestmark = pytest.mark.slow

@@ -31,6 +31,11 @@ activations split over the tensor chips, else `b s / cp`):
   the first layer (`h -> 2 F_e` gated) and the second (`F_e -> h`),
   backward each one's data and weight gradients; with a capacity factor
   `c` every expert computes `ceil(c * mean)` rows (padded), so `I = c`;
+- where the trainer issues the experts' kernels one per expert from the
+  host (job/trainers.py per_expert_kernels: Megatron-LM with Transformer
+  Engine), the grouped GEMMs take at least their launches' host time
+  (cost_models.moe.expert_kernel_launches x `host_launch_s`, host_bound_s),
+  forward and backward each;
 - permutation and un-permutation (cost_models.moe.permutation_bytes) over
   HBM, forward and backward;
 - memory: the chip's routed-expert weights (reduced and ZeRO-sharded over
@@ -63,8 +68,10 @@ from cost_models.moe import (
     default_imbalance,
     dispatch_bytes_per_chip,
     expert_activation_bytes_per_copy,
+    expert_kernel_launches,
     expert_params_per_chip,
     expert_tensor_gather_bytes,
+    host_bound_s,
     permutation_bytes,
     routed_tokens_per_chip,
     router_bytes,
@@ -97,6 +104,11 @@ class ExpertFigures:
     scale_out_share: float = 1.0
     #: the grouped GEMMs' (m, n, k) per expert (forward and backward)
     expert_gemm_dims: tuple[tuple[float, float, float], ...] = ()
+    #: the experts' kernel launches per pass issued from the host (0: the
+    #: trainer runs them otherwise) and the time the host adds to the
+    #: grouped GEMMs' forward and backward (0: the GPU is the slower)
+    host_launches: tuple[float, float] = (0.0, 0.0)
+    host_wait_s: float = 0.0
     #: a dense block's FFN beyond the planned shared experts
     dense_forward_s: float = 0.0
     dense_backward_s: float = 0.0
@@ -177,11 +189,13 @@ def expert_figures(
     mbs: int,
     cp: int,
     tensor_axis: AxisLayout | None = None,
+    host_launch_s: float = 0.0,
 ) -> ExpertFigures:
     """The module docstring's figures for `mbs` sequences per micro-batch on
     `tp` tensor chips and `cp` context chips, with the experts spread over
     `expert_axis` and each split over `tensor_axis` (expert tensor
-    parallelism; none: 1)."""
+    parallelism; none: 1), the host issuing each per-expert kernel in
+    `host_launch_s` seconds (0: no per-expert kernels from the host)."""
     moe = model.moe
     assert moe is not None
     h, e = model.hidden_size, training.dtype.num_bytes
@@ -200,6 +214,15 @@ def expert_figures(
     if moe.capacity_factor is not None and moe.expert_imbalance is None:
         rows = float(np.ceil(rows))
     gemm_f, gemm_b = grouped_gemm_s(fc_gemm, rows, h, width / etp, gated, experts / ep)
+    launches = (0.0, 0.0)
+    host_wait = 0.0
+    if host_launch_s > 0.0:
+        launches_f, launches_b = expert_kernel_launches(experts / ep, training.fp8.value)
+        launches = (float(launches_f), float(launches_b))
+        bound_f = float(host_bound_s(gemm_f, launches_f, host_launch_s))
+        bound_b = float(host_bound_s(gemm_b, launches_b, host_launch_s))
+        host_wait = bound_f - gemm_f + bound_b - gemm_b
+        gemm_f, gemm_b = bound_f, bound_b
     router_f = float(hw.gemm.gemm_s(tokens, experts, h))
     router_b = float(hw.gemm.gemm_s(tokens, h, experts) + hw.gemm.gemm_s(h, experts, tokens))
     shuffle = float(permutation_bytes(tokens, k, h, e) + router_bytes(tokens, experts)) / rate
@@ -245,6 +268,8 @@ def expert_figures(
         all_to_all_bytes=sent,
         scale_out_share=share,
         expert_gemm_dims=grouped_gemm_dims(rows, h, width / etp, gated),
+        host_launches=launches,
+        host_wait_s=host_wait,
     )
     extra = model.ffn_size - moe.shared_expert_ffn_size
     if extra <= 0 or all(model.moe_layer_flags):

@@ -35,6 +35,7 @@ from autotune.specs.calibration import CalibrationSpec, LinkSpec
 from autotune.specs.job import JobInput
 from autotune.specs.training import Fp8Recipe, TrainingSpec
 from cost_models import CommModel, ComputeModel, LinkParams, MeshShape, ring_collective_s
+from cost_models.moe import DEFAULT_HOST_LAUNCH_S
 
 GB = 1e9
 GIB = float(2**30)
@@ -65,6 +66,10 @@ class HardwareView:
     #: rows; the rates are held there beyond it)
     attention_max_seq: float | None = None
     attention_backward_max_seq: float | None = None
+    #: host seconds per kernel of the routed experts' per-expert path, and
+    #: whether the calibration measured it (else the cited default)
+    host_launch_s: float = DEFAULT_HOST_LAUNCH_S
+    host_launch_measured: bool = False
     _layouts: dict = field(default_factory=dict, repr=False)
     _expert_axes: dict = field(default_factory=dict, repr=False)
     _contexts: dict = field(default_factory=dict, repr=False)
@@ -373,4 +378,10 @@ def hardware_view(inp: JobInput) -> HardwareView:
         workspace_bytes=t.workspace_gib * GIB,
         reserve_bytes=t.memory_reserve_fraction * hbm,
         warnings=warnings,
+        host_launch_s=(
+            DEFAULT_HOST_LAUNCH_S
+            if inp.calibration.host_launch_s is None
+            else inp.calibration.host_launch_s
+        ),
+        host_launch_measured=inp.calibration.host_launch_s is not None,
     )

@@ -86,7 +86,29 @@ def experts_line(plan: Plan) -> str:
         f"Experts: {expert_degrees(plan.config)}, {moe.num_experts // ep} of {moe.num_experts} "
         "routed experts per chip" + (f" (1/{etp} of each)" if etp > 1 else "") + ", "
         f"{moe.experts_per_token} per token; busiest rank {x.imbalance:.2f}x the mean ({source}); "
-        f"{x.rows_per_expert:,.0f} tokens per expert per micro-batch; " + dispatch_words(plan)
+        f"{x.rows_per_expert:,.0f} tokens per expert per micro-batch; "
+        + dispatch_words(plan)
+        + host_words(plan)
+    )
+
+
+def host_words(plan: Plan) -> str:
+    """Where the host's launches of the per-expert kernels bound the
+    experts: how many, at what rate and from where (empty otherwise)."""
+    x = plan.experts
+    assert x is not None
+    if x.host_wait_s <= 0.0:
+        return ""
+    launches = sum(x.host_launches)
+    source = (
+        "the calibration's host_launch_s"
+        if plan.hw.host_launch_measured
+        else "a public profile's median; set host_launch_s in the calibration"
+    )
+    return (
+        f"; host-bound: {launches:.0f} per-expert kernel launches per layer and micro-batch "
+        f"(Megatron-LM with Transformer Engine) at {plan.hw.host_launch_s * 1e6:.1f} us ({source}) "
+        f"add {x.host_wait_s * 1e3:.2f} ms to the experts' GEMMs"
     )
 
 

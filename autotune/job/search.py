@@ -62,7 +62,7 @@ from autotune.job.model import (
     pipeline_send_s,
     price,
 )
-from autotune.job.trainers import stage_mixes
+from autotune.job.trainers import per_expert_kernels, stage_mixes
 from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, LayerSplit
 from autotune.specs.plan_input import DataflowPolicy
 from autotune.specs.training import Fp8Recipe
@@ -179,6 +179,9 @@ def add_expert_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: Key
     the expert-data axis of every (rows, cols, dp, pp, cp, ep, etp)."""
     if inp.model.moe is None:
         return
+    gpu_nodes = hw.cluster.chips_per_node is not None
+    host = per_expert_kernels(inp.constraints.trainer, gpu_nodes)
+    host_launch_s = hw.host_launch_s if host else 0.0
     for key in dict.fromkeys(c.expert_keys()):
         if key in figs.experts:
             continue
@@ -187,7 +190,7 @@ def add_expert_figures(inp: JobInput, hw: HardwareView, c: Candidates, figs: Key
         assert not isinstance(axes, str)  # enumeration kept only those that lay out
         tensor, expert, _ = axes
         figs.experts[key] = expert_figures(
-            inp.model, inp.training, hw, expert, rows * cols, mbs, cp, tensor
+            inp.model, inp.training, hw, expert, rows * cols, mbs, cp, tensor, host_launch_s
         )
         figs.expert_data_axes[(rows, cols, dp, pp, cp, ep, etp)] = axes[2]
 

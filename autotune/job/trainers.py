@@ -35,6 +35,17 @@ the exporter's own condition and source (autotune/formats/<target>.py):
   JAX module does not rematerialise), so with a trainer the search does
   not mix modes across stages (stage_mixes).
 
+One rule prices rather than refuses: the routed experts' host time
+(per_expert_kernels). Megatron-LM with Transformer Engine issues the
+experts' kernels one per expert from the host (cost_models.moe
+expert_kernel_launches), so a chip holding many small experts can wait on
+its host; the JAX trainers (JAX, MaxText) run compiled programs,
+torchtitan one grouped GEMM for all local experts, and MindFormers
+MindSpore's graph mode, none of which issue per-expert kernels from the
+host. Without a trainer, a GPU cluster is priced as Megatron-LM runs it
+(its launch commands are what `meshtune export --to megatron` writes),
+a TPU one as JAX runs it.
+
 JAX has no rule but the last: its export writes every plan as planned. A
 context-parallel exchange a trainer does not have still prints as a `not
 expressed:` line.
@@ -136,3 +147,12 @@ def stage_mixes(trainer: Trainer | None) -> bool:
     """Whether the search may give stages different recomputation modes
     (the balancer's step 6): only without a trainer (module docstring)."""
     return trainer is None
+
+
+def per_expert_kernels(trainer: Trainer | None, gpu_nodes: bool) -> bool:
+    """Whether the routed experts' kernels are issued one per expert from
+    the host, so host time can bound them (module docstring): Megatron-LM,
+    or no trainer on a cluster of GPU nodes."""
+    if trainer is None:
+        return gpu_nodes
+    return trainer is Trainer.MEGATRON

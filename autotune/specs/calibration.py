@@ -449,6 +449,17 @@ class CalibrationSpec(Spec):
         le=MAX_FACTOR,
         description="Compute slowdown while communication overlaps it. Range: 1 to 1000.",
     )
+    host_launch_s: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        ge=0.0,
+        le=1e-3,
+        description="Host (CPU and framework) seconds to issue one kernel of the routed "
+        "experts' per-expert path (Megatron-LM with Transformer Engine's GroupedLinear); 0 "
+        "leaves host time out. Omitted: 13.7e-6, a public profile's median "
+        "(cost_models.moe.DEFAULT_HOST_LAUNCH_S; the report names it where it binds). "
+        "Range: 0 to 1e-3.",
+    )
     inputs: list[SourceFile] = Field(default_factory=list, description="Files fitted from.")
     base_calibration: str | None = Field(
         default=None,
