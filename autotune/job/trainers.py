@@ -40,9 +40,11 @@ One rule prices rather than refuses: the routed experts' host time
 experts' kernels one per expert from the host (cost_models.moe
 expert_kernel_launches), so a chip holding many small experts can wait on
 its host; the JAX trainers (JAX, MaxText) run compiled programs,
-torchtitan one grouped GEMM for all local experts, and MindFormers
-MindSpore's graph mode, none of which issue per-expert kernels from the
-host. Without a trainer, a GPU cluster is priced as Megatron-LM runs it
+torchtitan one grouped GEMM per matrix for all local experts
+(`torch._grouped_mm`, `MoEArgs.use_grouped_mm` on by default:
+pytorch/torchtitan torchtitan/models/moe/moe.py at 003edbe5), and
+MindFormers MindSpore's graph mode, none of which issue per-expert kernels
+from the host. Without a trainer, a GPU cluster is priced as Megatron-LM runs it
 (its launch commands are what `meshtune export --to megatron` writes),
 a TPU one as JAX runs it.
 
