@@ -946,3 +946,16 @@ def test_few_large_local_experts_are_not_host_bound(tmp_path: Path) -> None:
     plan = plan_for(tmp_path, large, training, "h100-hgx", calibration="h100-measured")
     assert plan.experts is not None and plan.experts.host_launches == (16.0, 20.0)
     assert plan.experts.host_wait_s == 0.0
+
+
+def test_every_fp8_recipe_has_a_launch_count() -> None:
+    """A recipe added to the spec without its cast kernels counted fails
+    here, not in a user's plan."""
+    from autotune.specs.training import Fp8Recipe
+    from cost_models.moe import expert_kernel_launches
+
+    for recipe in Fp8Recipe:
+        forward, backward = expert_kernel_launches(8, recipe.value)
+        assert 16 <= forward < backward
+    with pytest.raises(ValueError, match="unknown FP8 recipe"):
+        expert_kernel_launches(8, "nvfp4")
