@@ -108,7 +108,7 @@ def host_words(plan: Plan) -> str:
     return (
         f"; host-bound: {launches:.0f} per-expert kernel launches per layer and micro-batch "
         f"(Megatron-LM with Transformer Engine) at {plan.hw.host_launch_s * 1e6:.1f} us ({source}) "
-        f"add {x.host_wait_s * 1e3:.2f} ms to the experts' GEMMs"
+        f"add {x.host_wait_s * 1e3:.2f} ms to each layer's expert GEMMs per micro-batch"
     )
 
 
