@@ -225,3 +225,26 @@ def test_a_per_stage_plan_exports_the_heaviest_mode_and_says_so(tmp_path: Path, 
         "torchtitan": "FullAC",
     }[target]
     assert written in text
+
+
+@pytest.mark.parametrize("trainer", ["megatron", "torchtitan", "maxtext", "mindformers"])
+def test_a_plan_searched_for_a_trainer_exports_with_nothing_left_out(
+    tmp_path: Path, trainer: str
+) -> None:
+    """The 8-layer Llama on 32 H100, everything searched for the trainer
+    (one tensor chip wins): its export writes the plan whole, with no `not
+    expressed:` line. On one tensor chip a layer has no dataflow or slice
+    count to express; the exports used to list one anyway (torchtitan its
+    column/row-parallel mismatches, MaxText each layer, MindFormers a
+    dataflow line)."""
+    from autotune.formats.export import export_plan
+
+    path = write_plan(
+        tmp_path, LLAMA, {"global_batch_sequences": 64, "sequence_length": 4096},
+        "h100-hgx-4n", constraints={"trainer": trainer},
+    )  # fmt: skip
+    out = tmp_path / "plan.json"
+    result = run_cli("plan", str(path), "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    exported = export_plan(str(out), trainer)
+    assert exported.not_expressed == ()

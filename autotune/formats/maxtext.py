@@ -444,6 +444,8 @@ def _axis_rules(view: PlanView) -> str:
 
 
 def _per_layer_drops(view: PlanView, notes: Notes) -> None:
+    if view.tensor_parallel == 1:  # one chip per layer has no dataflow to express
+        return
     for layer in view.doc.layers:
         slices = "/".join(str(g.num_slices) for g in layer.gemms)
         variant = ", transposed variant" if layer.transposed else ""

@@ -261,10 +261,11 @@ def export_mindformers(view: PlanView) -> Export:
         "model_type from pretrained_model_dir's config.json (an mcore model such as qwen3); "
         "the shape keys here override it"
     )
-    notes.drop(
-        "per-layer dataflows and slice counts: MindFormers shards FC layers by its own "
-        "parallel strategy"
-    )
+    if view.tensor_parallel > 1:  # one chip per layer has no dataflow to express
+        notes.drop(
+            "per-layer dataflows and slice counts: MindFormers shards FC layers by its own "
+            "parallel strategy"
+        )
     head = commented(header_lines(view, "mindformers", KEYS_FROM, notes))
     usage = (
         "# use: merge into configs/general/llm_pretrain_dense_template.yaml (these keys replace "
