@@ -57,14 +57,6 @@ from __future__ import annotations
 
 from autotune.specs.job import Trainer
 
-_NAMES = {
-    Trainer.JAX: "JAX",
-    Trainer.MAXTEXT: "MaxText",
-    Trainer.MEGATRON: "Megatron-LM",
-    Trainer.TORCHTITAN: "torchtitan",
-    Trainer.MINDFORMERS: "MindFormers",
-}
-
 #: trainers whose tensor parallelism has one axis
 _ONE_AXIS = (Trainer.MEGATRON, Trainer.TORCHTITAN)
 
@@ -86,7 +78,7 @@ def megatron_fsdp_runs(pipeline_parallel: int) -> bool:
 def mesh_refusal(trainer: Trainer | None, rows: int, cols: int) -> str | None:
     """Why `trainer` cannot run a `rows x cols` tensor mesh, or None."""
     if trainer in _ONE_AXIS and rows > 1 and cols > 1:
-        return _because(trainer, f"{_NAMES[trainer]}'s tensor parallelism has one axis")
+        return _because(trainer, f"{trainer.display_name}'s tensor parallelism has one axis")
     return None
 
 

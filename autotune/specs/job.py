@@ -307,6 +307,20 @@ class Trainer(str, Enum):
     TORCHTITAN = "torchtitan"
     MINDFORMERS = "mindformers"
 
+    @property
+    def display_name(self) -> str:
+        """How the trainer's own documentation spells it."""
+        return _TRAINER_NAMES[self]
+
+
+_TRAINER_NAMES = {
+    Trainer.JAX: "JAX",
+    Trainer.MAXTEXT: "MaxText",
+    Trainer.MEGATRON: "Megatron-LM",
+    Trainer.TORCHTITAN: "torchtitan",
+    Trainer.MINDFORMERS: "MindFormers",
+}
+
 
 class Constraints(Spec):
     """Limits on what the search may choose (all optional)."""
