@@ -26,7 +26,7 @@ from autotune.specs.job import (
     overlap_expert_comm_rule,
 )
 from autotune.specs.model import ModelSpec
-from autotune.specs.plan_input import SearchSpec
+from autotune.specs.plan_input import DataflowPolicy, SearchSpec
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
 _UNION_TAG = re.compile(r"^(constrained-\w+|literal\[.*\]|list\[.*\]|int|float|str|bool)$")
@@ -536,6 +536,7 @@ def load_plan_input(
                 "must be a mapping", file=file, field=key, value=section, fix=f"e.g. {example}"
             )
         sections[key] = validate_spec(model_type, section, file=file, prefix=key)
+    sections["search"] = _trainer_dataflow(sections["search"], sections["constraints"], file)
 
     return JobInput(
         model=model,
@@ -549,3 +550,25 @@ def load_plan_input(
         cluster_ref=cluster_ref,
         calibration_ref=calibration_ref,
     )
+
+
+def _trainer_dataflow(search: SearchSpec, constraints: Constraints, file: str) -> SearchSpec:
+    """The search knobs with the dataflow `constraints.trainer` runs: a
+    trainer whose FC layers are weight-stationary (Megatron-LM, torchtitan:
+    Trainer.weight_stationary) gets `always-w` unless the file set another
+    policy, which it cannot run (one line, exit 2)."""
+    trainer = constraints.trainer
+    if trainer is None or not trainer.weight_stationary:
+        return search
+    if search.dataflow is DataflowPolicy.ALWAYS_W:
+        return search
+    if "dataflow" in search.model_fields_set:
+        raise InputError(
+            f"{trainer.display_name} runs every FC layer weight-stationary, as column- and "
+            f"row-parallel layers (constraints.trainer: {trainer.value})",
+            file=file,
+            field="search.dataflow",
+            value=search.dataflow.value,
+            fix="write `dataflow: always-w` or leave it out",
+        )
+    return search.model_copy(update={"dataflow": DataflowPolicy.ALWAYS_W})

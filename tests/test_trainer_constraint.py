@@ -248,3 +248,52 @@ def test_a_plan_searched_for_a_trainer_exports_with_nothing_left_out(
     assert result.exit_code == 0, result.stderr
     exported = export_plan(str(out), trainer)
     assert exported.not_expressed == ()
+
+
+@pytest.mark.parametrize("trainer", ["megatron", "torchtitan"])
+def test_column_and_row_parallel_trainers_are_priced_weight_stationary(
+    tmp_path: Path, trainer: str
+) -> None:
+    """Megatron-LM and torchtitan keep every FC layer's weights in place
+    (column- then row-parallel): with the constraint the FC planner prices
+    only that dataflow, the plan records `always-w`, and its export at
+    tensor parallel 4 lists no layer whose collectives differ from the
+    trainer's (without the constraint the cheapest dataflows do differ, so
+    the test can fail); a file that asks for another policy exits 2."""
+    import json
+
+    from autotune.formats.export import export_plan
+
+    training = {"global_batch_sequences": 64, "sequence_length": 4096, "tensor_parallel": 4}
+    plans = {}
+    for bound in (True, False):
+        folder = tmp_path / str(bound)
+        folder.mkdir()
+        sections = {"constraints": {"trainer": trainer}} if bound else {}
+        path = write_plan(folder, LLAMA, training, "h100-hgx-4n", **sections)
+        out = folder / "plan.json"
+        result = run_cli("plan", str(path), "--out", str(out))
+        assert result.exit_code == 0, result.stderr
+        plans[bound] = out
+
+    def mismatched(plan: Path) -> list[str]:
+        lines = export_plan(str(plan), trainer).not_expressed
+        return [line for line in lines if "-parallel layer runs" in line]
+
+    doc = json.loads(plans[True].read_text())
+    assert doc["configuration"]["tensor_parallel"] == 4
+    assert "always-w" in json.dumps(doc)
+    assert mismatched(plans[True]) == []
+    assert mismatched(plans[False])
+
+    path = write_plan(
+        tmp_path, LLAMA, training, "h100-hgx-4n",
+        search={"dataflow": "cost"}, constraints={"trainer": trainer},
+    )  # fmt: skip
+    assert_one_line_error(
+        run_cli("plan", str(path)),
+        "search.dataflow: got 'cost'",
+        "weight-stationary",
+        f"(constraints.trainer: {trainer})",
+        "fix: write `dataflow: always-w` or leave it out",
+    )

@@ -12,6 +12,12 @@ the exporter's own condition and source (autotune/formats/<target>.py):
 
 - tensor mesh: Megatron-LM and torchtitan run one tensor axis
   (formats/export.py `needs_1d`);
+- FC dataflow: Megatron-LM and torchtitan keep every layer's weights in
+  place (column- then row-parallel layers; formats/megatron.py
+  `layout_mismatch` lists any other dataflow as not expressed), so the FC
+  planner prices only the weight-stationary one (`search.dataflow:
+  always-w`; specs/job.py `Trainer.weight_stationary`, applied when the
+  plan file is loaded, autotune/loading.py, which may not import job);
 - ZeRO stage: Megatron-LM's ZeRO-2 and ZeRO-3 are Megatron-FSDP, which runs
   without pipeline stages (megatron_fsdp_runs; formats/megatron.py
   `uses_megatron_fsdp` states the same rule, as formats may not import

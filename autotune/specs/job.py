@@ -308,6 +308,14 @@ class Trainer(str, Enum):
     MINDFORMERS = "mindformers"
 
     @property
+    def weight_stationary(self) -> bool:
+        """Whether the trainer runs every FC layer weight-stationary: Megatron-
+        style column- and row-parallel layers, whose weights never move
+        (Megatron-LM; torchtitan's ColwiseParallel / RowwiseParallel plan),
+        so the search prices only that dataflow (autotune/job/trainers.py)."""
+        return self in (Trainer.MEGATRON, Trainer.TORCHTITAN)
+
+    @property
     def display_name(self) -> str:
         """How the trainer's own documentation spells it."""
         return _TRAINER_NAMES[self]
@@ -328,8 +336,8 @@ class Constraints(Spec):
     trainer: Trainer | None = Field(
         default=None,
         strict=False,
-        description="Search only the tensor meshes, ZeRO stages, recomputation modes and "
-        "expert tensor degrees this trainer runs as the plan prices them (jax, maxtext, "
+        description="Search only the tensor meshes, FC dataflows, ZeRO stages, recomputation "
+        "modes and expert tensor degrees this trainer runs as the plan prices them (jax, maxtext, "
         "megatron, torchtitan or mindformers: the target `meshtune export --to` will write); "
         "omitted means every configuration.",
     )
