@@ -852,6 +852,18 @@ def test_which_trainers_issue_per_expert_kernels(trainer, gpu_nodes: bool, issue
     assert per_expert_kernels(None if trainer is None else Trainer(trainer), gpu_nodes) is issued
 
 
+#: one HGX H100 node as 8 data-parallel ranks and 8 expert ranks, 4,096-token
+#: micro-batches, FP8 current scaling
+EP8_FP8 = {
+    "global_batch_sequences": 8,
+    "sequence_length": 4096,
+    "tensor_parallel": 1,
+    "data_parallel": 8,
+    "expert_parallel": 8,
+    "fp8": "current",
+}
+
+
 FINE_MOE = {
     **MINI_MOE,
     "name": "fine-moe",
@@ -876,17 +888,7 @@ def test_many_small_local_experts_wait_on_the_host(tmp_path: Path) -> None:
 
     from autotune.job.report import experts_line
 
-    training = pinned(
-        {
-            "global_batch_sequences": 8,
-            "sequence_length": 4096,
-            "tensor_parallel": 1,
-            "data_parallel": 8,
-            "expert_parallel": 8,
-            "fp8": "current",
-            "zero_stage": 3,
-        }
-    )
+    training = pinned({**EP8_FP8, "zero_stage": 3})
     plan = plan_for(tmp_path, FINE_MOE, training, "h100-hgx", calibration="h100-measured")
     x = plan.experts
     assert x is not None and x.host_launches == (128.0, 160.0)
@@ -925,17 +927,7 @@ def test_few_large_local_experts_are_not_host_bound(tmp_path: Path) -> None:
     time; the host adds nothing."""
     from planning import plan_for
 
-    training = pinned(
-        {
-            "global_batch_sequences": 8,
-            "sequence_length": 4096,
-            "tensor_parallel": 1,
-            "data_parallel": 8,
-            "expert_parallel": 8,
-            "fp8": "current",
-            "zero_stage": 1,
-        }
-    )
+    training = pinned({**EP8_FP8, "zero_stage": 1})
     large = {
         **MINI_MOE,
         "hidden_size": 4096,
