@@ -333,3 +333,81 @@ def test_bad_grouped_gemm_rows_exit_2(tmp_path: Path, row: str, expected: str) -
     assert result.exit_code == 2
     assert result.output.strip().endswith(expected), result.output
     assert not out.exists()
+
+
+HOST_ROWS = "kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds\n" + "".join(
+    f"host_launch,,,,,,,,,{s}\n" for s in ("1.37e-05", "2.03e-05", "1.03e-05")
+)
+
+
+def test_host_launch_rows_set_the_calibrations_host_launch_s(tmp_path: Path) -> None:
+    """Three `host_launch` rows (10.3, 13.7 and 20.3 us) beside a base: the
+    calibration's host_launch_s is their median, 13.7 us, the report says
+    so, and a fine-grained MoE plan names it as the calibration's. Without
+    rows the base's value is kept and listed as kept."""
+    from planning import LLAMA, pinned, plan_for
+
+    from autotune.job.report import experts_line
+
+    # 128 experts of width 768 at EP 8: 16 local experts, host-bound in FP8
+    fine = {
+        **LLAMA,
+        "name": "fine-moe",
+        "hidden_size": 2048,
+        "num_heads": 32,
+        "num_kv_heads": 4,
+        "head_dim": 64,
+        "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_size": 768},
+    }
+    training = {
+        "global_batch_sequences": 8,
+        "sequence_length": 4096,
+        "tensor_parallel": 1,
+        "data_parallel": 8,
+        "expert_parallel": 8,
+        "fp8": "current",
+        "zero_stage": 3,
+    }
+
+    rows = tmp_path / "host.csv"
+    rows.write_text(HOST_ROWS)
+    out = tmp_path / "cal.json"
+    result = run("calibrate", str(rows), "--base", "h100-measured", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "host_launch_s 13.7 us: median of 3 host_launch rows (10.3-20.3 us)" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["host_launch_s"] == pytest.approx(13.7e-6)
+    assert "host_launch_s" not in doc["kept_from_base"]
+
+    again = tmp_path / "again.json"
+    gemms = Path(__file__).resolve().parents[1] / "calibration_data/measured/gemm_h100_bf16_xla.csv"
+    result = run("calibrate", str(gemms), "--base", str(out), "--out", str(again))
+    assert result.exit_code == 0, result.output
+    kept = json.loads(again.read_text())
+    assert kept["host_launch_s"] == pytest.approx(13.7e-6)
+    assert "host_launch_s" in kept["kept_from_base"]
+
+    plan = plan_for(tmp_path, fine, pinned(training), "h100-hgx", calibration=str(out))
+    assert "at 13.7 us (the calibration's host_launch_s)" in experts_line(plan)
+
+
+@pytest.mark.parametrize(
+    ("row", "text"),
+    [
+        (
+            "host_launch,,,,,,,,bf16,1.37e-05",
+            "dtype: got 'bf16'; must be empty in a host_launch row",
+        ),
+        ("host_launch,,,,,8,,,,1.37e-05", "m: got '8'; must be empty in a host_launch row"),
+        ("host_launch,,,,,,,,,0.002", "seconds: got '0.002'; is above 1 ms"),
+    ],
+)
+def test_bad_host_launch_rows_are_one_line(tmp_path: Path, row: str, text: str) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"kind,op,axis,ring_size,shard_bytes,m,n,k,dtype,seconds\n{row}\n")
+    out = tmp_path / "cal.json"
+    result = CliRunner().invoke(main, ["calibrate", str(bad), "--out", str(out)])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert f"bad.csv:2: {text}" in line and "fix: " in line
+    assert not out.exists()

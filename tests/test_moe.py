@@ -895,7 +895,7 @@ def test_many_small_local_experts_wait_on_the_host(tmp_path: Path) -> None:
     assert x.host_wait_s > 0.0
     line = experts_line(plan)
     assert "host-bound: 288 per-expert kernel launches per layer and micro-batch" in line
-    assert "13.7 us (a public profile's median; set host_launch_s in the calibration)" in line
+    assert "13.7 us (a public profile's median; host_launch rows in meshtune calibrate" in line
 
     free = plan_for(
         tmp_path, FINE_MOE, training, "h100-hgx", calibration="h100-measured",

@@ -15,7 +15,11 @@ optional `groups` column (after `seconds`) the number of groups, empty in
 every other kind of row; dtype is bf16, fp16, fp32 or fp8; seconds > 0.
 Collective rows with op `all_to_all` time an all-to-all in which every
 chip sends `shard_bytes` to each of the ring's chips (nccl-tests'
-`alltoall_perf` size divided by the ranks).
+`alltoall_perf` size divided by the ranks). `host_launch` rows give only
+seconds: the host (CPU and framework) time to issue one kernel of the
+routed experts' per-expert path, e.g. an nsys profile's time per
+Transformer Engine GEMM call (the calibration's `host_launch_s` is their
+median).
 """
 
 from __future__ import annotations
@@ -40,10 +44,20 @@ from cost_models import Axis, CollectiveOp
 CSV_COLUMNS = ("kind", "op", "axis", "ring_size", "shard_bytes", "m", "n", "k", "dtype", "seconds")
 #: columns a CSV may add after CSV_COLUMNS (grouped_gemm rows need `groups`)
 OPTIONAL_COLUMNS = ("groups",)
-KINDS = ("collective", "gemm", "grouped_gemm", "overlap", "attention", "attention_backward")
+KINDS = (
+    "collective",
+    "gemm",
+    "grouped_gemm",
+    "overlap",
+    "attention",
+    "attention_backward",
+    "host_launch",
+)
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 OPS = tuple(op.value for op in CollectiveOp)
 _COLLECTIVE_ONLY = ("op", "axis", "ring_size", "shard_bytes")
+#: the most a `host_launch` row may say (the calibration's host_launch_s range)
+MAX_HOST_LAUNCH_S = 1e-3
 _GEMM_ONLY = ("m", "n", "k")
 
 
@@ -240,6 +254,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
     gemms: list[GemmSample] = []
     overlaps: list[OverlapSample] = []
     attentions: list[AttentionSample] = []
+    host_launches: list[float] = []
     body = "\n".join(lines[header_line:])
     for offset, cells in enumerate(_rows(io.StringIO(body), path, header_line + 1)):
         line = header_line + 1 + offset
@@ -321,6 +336,19 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                     line,
                 )
             )
+        elif kind == "host_launch":
+            _require_empty(row, (*_COLLECTIVE_ONLY, *_GEMM_ONLY, "dtype"), kind, path, line)
+            if seconds > MAX_HOST_LAUNCH_S:
+                raise InputError(
+                    "is above 1 ms, longer than the host takes to issue one kernel",
+                    file=path,
+                    line=line,
+                    field="seconds",
+                    value=row["seconds"],
+                    fix="write the host time of one kernel launch (an nsys profile's median "
+                    "per call), not of a layer or a step",
+                )
+            host_launches.append(seconds)
         elif kind in ("attention", "attention_backward"):
             _require_empty(row, ("axis", "ring_size", "shard_bytes"), kind, path, line)
             mask = row["op"].lower()
@@ -340,7 +368,7 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
                     backward=kind == "attention_backward",
                 )
             )  # fmt: skip
-    if not collectives and not gemms and not overlaps and not attentions:
+    if not collectives and not gemms and not overlaps and not attentions and not host_launches:
         raise InputError(
             "has a header but no measurement rows",
             file=path,
@@ -356,7 +384,9 @@ def parse_csv(text: str, path: str, sha256: str | None = None) -> ParsedFile:
         + (f" ({grouped} grouped)" if (grouped := sum(g.groups > 1 for g in gemms)) else "")
         + (f", {len(overlaps)} overlap rows" if overlaps else "")
         + (f", {len(attentions)} attention rows" if attentions else "")
-        + (f" ({back} backward)" if (back := sum(a.backward for a in attentions)) else ""),
+        + (f" ({back} backward)" if (back := sum(a.backward for a in attentions)) else "")
+        + (f", {len(host_launches)} host_launch rows" if host_launches else ""),
         overlaps=tuple(overlaps),
         attentions=tuple(attentions),
+        host_launches=tuple(host_launches),
     )

@@ -281,6 +281,14 @@ def render_calibration(
             + (f", {o.skipped} without a GEMM-alone row skipped" if o.skipped else ""),
             highlight=False,
         )
+    rows = result.host_launch_rows
+    if rows:
+        console.print(
+            f"host_launch_s {result.spec.host_launch_s * 1e6:.1f} us: median of {len(rows)} "
+            f"host_launch rows ({min(rows) * 1e6:.1f}-{max(rows) * 1e6:.1f} us), the host time "
+            "of one routed-expert kernel launch",
+            highlight=False,
+        )
     series = plot_series(result)
     console.print("\n[bold]Measured vs fitted[/bold] (points on the dotted diagonal fit exactly)")
     for line in loglog_scatter(series):

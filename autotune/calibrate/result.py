@@ -73,6 +73,8 @@ class CalibrationResult:
     #: the attention rows' fit, when the inputs had any
     attention_fit: AttentionFit | None = None  # how the chip was found, or why it was not
     overlap_fit: OverlapFit | None = None
+    #: the `host_launch` rows behind host_launch_s (seconds)
+    host_launch_rows: tuple[float, ...] = ()
     #: "op.key: what the key means" for every collective entry written
     resource_notes: tuple[str, ...] = ()
     #: per comm fit, the entry it is written as (a resource such as
@@ -294,6 +296,7 @@ def build_result(
     chip_reason: str = "",
     axes: Sequence[str] = ("row", "col"),
     overlap_fit: OverlapFit | None = None,
+    host_launch_rows: Sequence[float] = (),
     by_axis: bool = False,
 ) -> CalibrationResult:
     """Assemble the calibration: fitted entries (keyed by the resource the
@@ -486,6 +489,10 @@ def build_result(
     elif "overlap_slowdown" not in kept:
         kept.append("overlap_slowdown")
         warnings.append(f"overlap_slowdown: taken unchanged from --base {base_ref}")
+    host_launch = float(np.median(host_launch_rows)) if host_launch_rows else None
+    if host_launch is None and base is not None and base.host_launch_s is not None:
+        host_launch = base.host_launch_s
+        kept.append("host_launch_s")
     inputs = [
         SourceFile(
             path=f.path,
@@ -514,6 +521,7 @@ def build_result(
         compute_fp8=compute_fp8,
         attention=attention,
         overlap_slowdown=overlap,
+        host_launch_s=host_launch,
         inputs=inputs,
         base_calibration=base_ref if base is not None else None,
         kept_from_base=kept,
@@ -535,6 +543,7 @@ def build_result(
         warnings=tuple(warnings),
         chip_reason=chip_reason,
         overlap_fit=overlap_fit,
+        host_launch_rows=tuple(host_launch_rows),
         resource_notes=tuple(resource_notes),
         fit_keys=tuple(fit_keys),
     )

@@ -137,6 +137,7 @@ def calibrate(
             compute_fp8_fit=fp8_fit,
             attention_fit=attention_fit,
             overlap_fit=overlap_fit,
+            host_launch_rows=[s for f in files for s in f.host_launches],
             name=name,
             base=base,
             base_ref=base_ref,

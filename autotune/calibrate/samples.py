@@ -106,8 +106,16 @@ class ParsedFile:
     resource: str | None = None  # intra_node, scale_out, or None (not stated / CSV)
     overlaps: tuple[OverlapSample, ...] = ()
     attentions: tuple[AttentionSample, ...] = ()
+    #: host seconds per kernel launch (`host_launch` rows)
+    host_launches: tuple[float, ...] = ()
 
     @property
     def num_rows(self) -> int:
         """Measurements read from the file."""
-        return len(self.collectives) + len(self.gemms) + len(self.overlaps) + len(self.attentions)
+        return (
+            len(self.collectives)
+            + len(self.gemms)
+            + len(self.overlaps)
+            + len(self.attentions)
+            + len(self.host_launches)
+        )

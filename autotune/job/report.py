@@ -103,7 +103,7 @@ def host_words(plan: Plan) -> str:
     source = (
         "the calibration's host_launch_s"
         if plan.hw.host_launch_measured
-        else "a public profile's median; set host_launch_s in the calibration"
+        else "a public profile's median; host_launch rows in meshtune calibrate measure yours"
     )
     return (
         f"; host-bound: {launches:.0f} per-expert kernel launches per layer and micro-batch "

@@ -456,9 +456,9 @@ class CalibrationSpec(Spec):
         le=1e-3,
         description="Host (CPU and framework) seconds to issue one kernel of the routed "
         "experts' per-expert path (Megatron-LM with Transformer Engine's GroupedLinear); 0 "
-        "leaves host time out. Omitted: 13.7e-6, a public profile's median "
-        "(cost_models.moe.DEFAULT_HOST_LAUNCH_S; the report names it where it binds). "
-        "Range: 0 to 1e-3.",
+        "leaves host time out; `host_launch` rows' median. Omitted: 13.7e-6, a public "
+        "profile's median (cost_models.moe.DEFAULT_HOST_LAUNCH_S; the report names it where it "
+        "binds). Range: 0 to 1e-3.",
     )
     inputs: list[SourceFile] = Field(default_factory=list, description="Files fitted from.")
     base_calibration: str | None = Field(
