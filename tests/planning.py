@@ -31,6 +31,18 @@ LLAMA3_8B = {**LLAMA, "name": "llama3-8b-shape", "num_layers": 32}
 #: the degrees a file must give to pin one configuration, with the values
 #: that keep a test's meaning when it does not say (one replica, one stage,
 #: one micro-batch, no recomputation, ZeRO 0)
+#: one HGX H100 node as 8 data-parallel ranks and 8 expert ranks, 4,096-token
+#: micro-batches, FP8 current scaling
+EP8_FP8 = {
+    "global_batch_sequences": 8,
+    "sequence_length": 4096,
+    "tensor_parallel": 1,
+    "data_parallel": 8,
+    "expert_parallel": 8,
+    "fp8": "current",
+}
+
+
 PINNED = {
     "data_parallel": 1,
     "pipeline_parallel": 1,

@@ -345,7 +345,7 @@ def test_host_launch_rows_set_the_calibrations_host_launch_s(tmp_path: Path) -> 
     calibration's host_launch_s is their median, 13.7 us, the report says
     so, and a fine-grained MoE plan names it as the calibration's. Without
     rows the base's value is kept and listed as kept."""
-    from planning import LLAMA, pinned, plan_for
+    from planning import EP8_FP8, LLAMA, pinned, plan_for
 
     from autotune.job.report import experts_line
 
@@ -359,15 +359,7 @@ def test_host_launch_rows_set_the_calibrations_host_launch_s(tmp_path: Path) -> 
         "head_dim": 64,
         "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_size": 768},
     }
-    training = {
-        "global_batch_sequences": 8,
-        "sequence_length": 4096,
-        "tensor_parallel": 1,
-        "data_parallel": 8,
-        "expert_parallel": 8,
-        "fp8": "current",
-        "zero_stage": 3,
-    }
+    training = {**EP8_FP8, "zero_stage": 3}
 
     rows = tmp_path / "host.csv"
     rows.write_text(HOST_ROWS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planning import pinned, transformers_and_torch
+from planning import EP8_FP8, pinned, transformers_and_torch
 from pydantic import ValidationError
 
 from autotune.hf_config import parameter_count
@@ -850,18 +850,6 @@ def test_which_trainers_issue_per_expert_kernels(trainer, gpu_nodes: bool, issue
     from autotune.specs.job import Trainer
 
     assert per_expert_kernels(None if trainer is None else Trainer(trainer), gpu_nodes) is issued
-
-
-#: one HGX H100 node as 8 data-parallel ranks and 8 expert ranks, 4,096-token
-#: micro-batches, FP8 current scaling
-EP8_FP8 = {
-    "global_batch_sequences": 8,
-    "sequence_length": 4096,
-    "tensor_parallel": 1,
-    "data_parallel": 8,
-    "expert_parallel": 8,
-    "fp8": "current",
-}
 
 
 FINE_MOE = {
