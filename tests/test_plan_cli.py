@@ -85,6 +85,11 @@ def test_presets_lists_bundled(repo_root):
     assert result.exit_code == 0
     for name in ("gpt3-175b", "megatron-nlg-530b", "llama3-70b-like", "tpu-v4-256", "tpu-v4"):
         assert name in result.stdout
+    # the two measured H100 calibrations differ only in their attention kernel's rows
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert "attention 630 TFLOP/s (backward 695) at long sequences" in lines["h100-measured"]
+    assert "attention 360 TFLOP/s (backward 331) at long sequences" in lines["h100-measured-fa2"]
+    assert "attention" not in lines["h100-nominal"]
 
 
 # ---------------------------------------------------------------- bad input

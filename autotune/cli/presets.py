@@ -52,10 +52,16 @@ def presets() -> None:
     for name in calibration_preset_names():
         cal, _ = load_calibration(name)
         kind = f" ({cal.figures.value})" if cal.figures is not None else ""
+        attention = ""
+        if cal.attention is not None:
+            attention = f"; attention {cal.attention.flops_per_s / 1e12:.0f} TFLOP/s"
+            if cal.attention.backward is not None:
+                attention += f" (backward {cal.attention.backward.flops_per_s / 1e12:.0f})"
+            attention += " at long sequences"
         click.echo(
             f"  {name:<20} {', '.join(sorted(cal.collectives))}; compute "
-            f"{cal.compute.effective_flops_per_s / 1e12:.1f} TFLOP/s {cal.compute.dtype}; "
-            f"overlap slowdown {cal.overlap_slowdown:g}{kind}"
+            f"{cal.compute.effective_flops_per_s / 1e12:.1f} TFLOP/s {cal.compute.dtype}"
+            f"{attention}; overlap slowdown {cal.overlap_slowdown:g}{kind}"
         )
 
 
