@@ -39,6 +39,7 @@ from autotune.calibrate.samples import (
 )
 from autotune.errors import InputError
 from autotune.specs.base import MAX_BYTES, MAX_CHIPS, MAX_SECONDS
+from autotune.specs.calibration import MAX_HOST_LAUNCH_S
 from cost_models import Axis, CollectiveOp
 
 CSV_COLUMNS = ("kind", "op", "axis", "ring_size", "shard_bytes", "m", "n", "k", "dtype", "seconds")
@@ -56,8 +57,6 @@ KINDS = (
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 OPS = tuple(op.value for op in CollectiveOp)
 _COLLECTIVE_ONLY = ("op", "axis", "ring_size", "shard_bytes")
-#: the most a `host_launch` row may say (the calibration's host_launch_s range)
-MAX_HOST_LAUNCH_S = 1e-3
 _GEMM_ONLY = ("m", "n", "k")
 
 

@@ -407,6 +407,10 @@ class ExpectedError(Spec):
     basis: str = Field(description="How the numbers were obtained.")
 
 
+#: the most `host_launch_s` may be: one kernel launch, not a layer's or a step's
+MAX_HOST_LAUNCH_S = 1e-3
+
+
 class CalibrationSpec(Spec):
     """A calibration file (written by `meshtune calibrate` or bundled)."""
 
@@ -453,7 +457,7 @@ class CalibrationSpec(Spec):
         default=None,
         exclude_if=lambda v: v is None,
         ge=0.0,
-        le=1e-3,
+        le=MAX_HOST_LAUNCH_S,
         description="Host (CPU and framework) seconds to issue one kernel of the routed "
         "experts' per-expert path (Megatron-LM with Transformer Engine's GroupedLinear); 0 "
         "leaves host time out; `host_launch` rows' median. Omitted: 13.7e-6, a public "
