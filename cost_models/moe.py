@@ -224,20 +224,34 @@ def expert_data_parallel(chips_per_stage: ArrayLike, ep: ArrayLike, etp: int = 1
 
 
 def expert_activation_bytes_per_copy(
-    hidden: int, expert_ffn: int, gated: bool, element_bytes: float, etp: int = 1
+    hidden: int,
+    expert_ffn: int,
+    gated: bool,
+    element_bytes: float,
+    etp: int = 1,
+    gemm_input_bytes: float | None = None,
 ) -> float:
     """Bytes a chip keeps for the backward per routed token copy it
     computes (no recomputation): the permuted input (`h`), the first
     layer's outputs (`2 F_e / etp` gated: gate and up; `F_e / etp` not),
     the activation's output (`F_e / etp`), the expert output the weighted
-    combine multiplies (`h`); each `e` bytes, and the routing weight (fp32)::
+    combine multiplies (`h`), and the routing weight (fp32)::
 
-        e (2 h + (2 + 1) F_e / etp) + 4      (gated)
+        g (h + F_e / etp) + e (h + 2 F_e / etp) + 4      (gated)
 
-    Derivation from the layer's autograd graph (Megatron-Core's grouped
-    MLP). Units: bytes."""
+    The two GEMM inputs (the permuted tokens and the activation's output)
+    are kept at `g` bytes per element, the other tensors at the training
+    dtype's `e`: `g = e` without FP8; under an FP8 recipe the grouped GEMMs
+    keep only the column-wise FP8 copy their weight-gradient GEMM reads,
+    `g = 1 + scale` (cost_models.fp8.fp8_saved_input_bytes_per_element;
+    Transformer Engine v2.9 `pytorch/module/grouped_linear.py` lines
+    197-204: each input `update_usage(rowwise_usage=False,
+    columnwise_usage=True)` before `save_for_backward`), as the dense FC
+    layers do. Derivation from the layer's autograd graph (Megatron-Core's
+    grouped MLP). Units: bytes."""
+    g = element_bytes if gemm_input_bytes is None else gemm_input_bytes
     first = (2 if gated else 1) * expert_ffn / etp
-    return element_bytes * (2.0 * hidden + first + expert_ffn / etp) + 4.0
+    return g * (hidden + expert_ffn / etp) + element_bytes * (hidden + first) + 4.0
 
 
 def expert_tensor_gather_bytes(

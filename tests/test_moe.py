@@ -939,3 +939,25 @@ def test_every_fp8_recipe_has_a_launch_count() -> None:
         assert 16 <= forward < backward
     with pytest.raises(ValueError, match="unknown FP8 recipe"):
         expert_kernel_launches(8, "nvfp4")
+
+
+def test_expert_activations_keep_fp8_gemm_inputs_by_hand() -> None:
+    """Per routed copy (DeepSeek-V3's h 7168, F_e 2048, gated): the permuted
+    input and the activation's output as the GEMMs' inputs, the gate/up
+    output and the expert output in bf16, the fp32 routing weight. Under an
+    FP8 recipe the two GEMM inputs are kept as their 1-byte column-wise
+    copies (Transformer Engine's GroupedLinear)."""
+    from cost_models.fp8 import fp8_saved_input_bytes_per_element
+    from cost_models.moe import expert_activation_bytes_per_copy
+
+    h, f = 7168, 2048
+    bf16 = expert_activation_bytes_per_copy(h, f, True, 2)
+    assert bf16 == 2 * (7168 + 2048) + 2 * (7168 + 2 * 2048) + 4 == 40964
+    fp8 = expert_activation_bytes_per_copy(h, f, True, 2, 1, gemm_input_bytes=1.0)
+    assert fp8 == 1 * (7168 + 2048) + 2 * (7168 + 2 * 2048) + 4 == 31748
+    # MXFP8 adds its E8M0 scale per 32 elements; expert tensor parallelism 2
+    # halves the widths of F_e
+    mx = fp8_saved_input_bytes_per_element("mxfp8")
+    got = expert_activation_bytes_per_copy(h, f, True, 2, 2, gemm_input_bytes=mx)
+    assert got == pytest.approx((1 + 1 / 32) * (7168 + 1024) + 2 * (7168 + 2048) + 4, rel=1e-12)
+

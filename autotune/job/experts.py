@@ -41,7 +41,8 @@ activations split over the tensor chips, else `b s / cp`):
 - memory: the chip's routed-expert weights (reduced and ZeRO-sharded over
   the expert-data axis), the router's (with the dense weights), the
   activations each routed copy keeps (none under full recomputation,
-  which re-runs this forward), and the dispatched-token buffers.
+  which re-runs this forward; the grouped GEMMs' inputs as FP8 copies
+  under an FP8 recipe), and the dispatched-token buffers.
 
 A dense block of a MoE model (the first `first_dense_layers`, or those off
 the MoE frequency) has an FFN of `ffn_size` instead of the shared experts'
@@ -61,8 +62,9 @@ from autotune.job.hardware import HardwareView
 from autotune.specs.job import TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec
 from autotune.specs.model_params import ffn_matrices
-from autotune.specs.training import FcAlgorithm
+from autotune.specs.training import FcAlgorithm, Fp8Recipe
 from cost_models import ComputeModel
+from cost_models.fp8 import fp8_saved_input_bytes_per_element
 from cost_models.moe import (
     deduplicated_share,
     default_imbalance,
@@ -248,7 +250,10 @@ def expert_figures(
     forward = router_f + shuffle + gemm_f + comm
     backward = router_b + shuffle + gemm_b + comm
 
-    kept = imbalance * copies * expert_activation_bytes_per_copy(h, width, gated, e, etp)
+    fp8 = training.fp8 is not Fp8Recipe.NONE
+    kept_input = fp8_saved_input_bytes_per_element(training.fp8.value) if fp8 else e
+    per_copy = expert_activation_bytes_per_copy(h, width, gated, e, etp, kept_input)
+    kept = imbalance * copies * per_copy
     kept += 4.0 * tokens * experts  # the router's probabilities (fp32)
     activations = (kept, kept, 0.0)
     buffer = 2.0 * imbalance * copies * h * e  # tokens received and their permuted copy
