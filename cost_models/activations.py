@@ -29,6 +29,15 @@ Korthikanti's `s b h (34 + 5 a s / h)` per layer. Without dropout the three
 masks and the attention dropout output go. A fused flash-attention kernel
 keeps none of the `s x s` tensors, only its output (already counted as the
 projection input) and the fp32 log-sum-exp per head and token (`4 nh`).
+
+Multi-head latent attention (DeepSeek-V2 report, arXiv:2405.04434, section
+2.1): Q and K are `nh d_qk` wide, V and the projection input `nh d_v`, and
+the block also keeps its latents: the query latent `r_q` and the key/value
+latent `r_kv` (each the input of its norm and, normed, of its
+up-projection) and the shared rotary key `d_rope`, `e (2 r_q + 2 r_kv +
+d_rope)` bytes per token (split with sequence parallelism here; Megatron-
+Core gathers the normed latents before the column-parallel up-projections,
+so at `t > 1` this undercounts by at most `e (r_q + r_kv) (1 - 1/t)`).
 """
 
 from __future__ import annotations
@@ -54,6 +63,11 @@ class BlockShape:
     ffn: int
     gated: bool
     seq_len: int
+    value_head_dim: int | None = None
+    """Per-head value width (MLA's `d_v`); None: head_dim."""
+    latent_elements: int = 0
+    """MLA's latents kept per token, in elements (`2 r_q + 2 r_kv + d_rope`,
+    mla_latent_elements); 0 without MLA."""
 
 
 @dataclass(frozen=True)
@@ -81,16 +95,39 @@ def block_activation_bytes(
     module docstring's inventory). Units: bytes per token."""
     e = element_bytes
     h, q, kv = shape.hidden, shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+    v = kv if shape.value_head_dim is None else shape.num_kv_heads * shape.value_head_dim
+    out = q if shape.value_head_dim is None else shape.num_heads * shape.value_head_dim
     mask = MASK_BYTES if dropout else 0
     seq_split = 4 * e * h + 2 * mask * h  # norm inputs/outputs, two dropout masks
+    seq_split += e * shape.latent_elements  # MLA's latents
     ffn_up = (2 if shape.gated else 1) * e * shape.ffn
-    head_split = e * (q + kv) + e * kv + e * q + ffn_up + e * shape.ffn
+    head_split = e * (q + kv) + e * v + e * out + ffn_up + e * shape.ffn
     if flash:
         score = LSE_BYTES * shape.num_heads
     else:
         per_score = e + (mask + e if dropout else 0)  # softmax out (+ mask, dropout out)
         score = per_score * shape.num_heads * shape.seq_len
     return ActivationBytes(float(head_split), float(seq_split), float(score))
+
+
+def mla_latent_elements(q_lora_rank: int | None, kv_lora_rank: int, rope_head_dim: int) -> int:
+    """Elements per token an MLA block keeps for its latents (module
+    docstring): `2 r_q + 2 r_kv + d_rope` (no query latent without query
+    compression: `2 r_kv + d_rope`). Units: elements."""
+    return 2 * (q_lora_rank or 0) + 2 * kv_lora_rank + rope_head_dim
+
+
+def up_projection_output_bytes(shape: BlockShape, element_bytes: int) -> float:
+    """Bytes per token of the tensors MLA's up-projections and rotary
+    embedding produce for the attention core, `e (2 nh d_qk + nh d_v)`
+    (Q, K, V): what selective recomputation of the up-projections (Megatron-
+    Core's `mla_up_proj`) frees, keeping the latents instead. Zero without
+    MLA. Units: bytes per token, split over the heads."""
+    if shape.latent_elements == 0:
+        return 0.0
+    nh = shape.num_heads
+    d_v = shape.head_dim if shape.value_head_dim is None else shape.value_head_dim
+    return float(element_bytes * (2 * nh * shape.head_dim + nh * d_v))
 
 
 def layer_activation_bytes_per_token(
@@ -111,7 +148,9 @@ def layer_activation_bytes_per_token(
       parallelism too.
     - `selective`: the `s x s` tensors are recomputed (`34 h / t` with
       sequence parallelism); a flash kernel keeps none anyway, so only its
-      log-sum-exp goes.
+      log-sum-exp goes. Under MLA the up-projections are recomputed too
+      (Megatron-Core's `mla_up_proj`): Q, K and V go
+      (up_projection_output_bytes), the latents stay.
     - `full`: only the block input, `e h` (`/ t` with sequence parallelism:
       Korthikanti's `2 s b h` per layer, split by `t` when the checkpoint is
       sequence-sharded).
@@ -123,7 +162,8 @@ def layer_activation_bytes_per_token(
         return element_bytes * shape.hidden / (t if sequence_parallel else 1)
     inv = block_activation_bytes(shape, element_bytes, dropout, flash)
     if mode == "selective":
-        inv = ActivationBytes(inv.head_split, inv.seq_split, 0.0)
+        freed = up_projection_output_bytes(shape, element_bytes)
+        inv = ActivationBytes(inv.head_split - freed, inv.seq_split, 0.0)
     elif mode != "none":
         raise ValueError(f"unknown recomputation mode {mode!r}")
     return inv.per_chip(t, sequence_parallel)

@@ -961,3 +961,100 @@ def test_expert_activations_keep_fp8_gemm_inputs_by_hand() -> None:
     got = expert_activation_bytes_per_copy(h, f, True, 2, 2, gemm_input_bytes=mx)
     assert got == pytest.approx((1 + 1 / 32) * (7168 + 1024) + 2 * (7168 + 2048) + 4, rel=1e-12)
 
+
+def test_mla_activation_inventory_and_up_projection_recompute_by_hand() -> None:
+    """DeepSeek-V3's attention (128 heads, d_qk 192, d_v 128, r_q 1536,
+    r_kv 512, d_rope 64) under flash, bf16, no dropout, per token on one
+    chip: Q and K at 192 per head, V and the projection input at 128, the
+    latents `2 r_q + 2 r_kv + d_rope` beside the norms; selective
+    recomputation re-runs the up-projections and frees Q, K and V."""
+    from cost_models.activations import (
+        BlockShape,
+        block_activation_bytes,
+        layer_activation_bytes_per_token,
+        mla_latent_elements,
+        up_projection_output_bytes,
+    )
+
+    latents = mla_latent_elements(1536, 512, 64)
+    assert latents == 2 * 1536 + 2 * 512 + 64 == 4160
+    assert mla_latent_elements(None, 512, 64) == 1088  # no query latent
+    shape = BlockShape(7168, 128, 128, 192, 2048, True, 4096, 128, latents)
+    inv = block_activation_bytes(shape, 2, dropout=False, flash=True)
+    q, v = 128 * 192, 128 * 128
+    ffn = 2 * 2 * 2048 + 2 * 2048  # shared expert: gate and up, activation output
+    assert inv.head_split == 2 * (q + q) + 2 * v + 2 * v + ffn
+    assert inv.seq_split == 4 * 2 * 7168 + 2 * 4160
+    assert inv.score == 4 * 128  # the log-sum-exp
+    freed = up_projection_output_bytes(shape, 2)
+    assert freed == 2 * (2 * q + v)
+    t = 2  # tensor parallelism with sequence parallelism
+    none = layer_activation_bytes_per_token("none", shape, 2, t, True, False, True)
+    selective = layer_activation_bytes_per_token("selective", shape, 2, t, True, False, True)
+    assert none - selective == pytest.approx((freed + 4 * 128) / t, rel=1e-12)
+    # without MLA nothing of the projections is freed
+    gqa = BlockShape(4096, 32, 8, 128, 14336, True, 8192)
+    assert up_projection_output_bytes(gqa, 2) == 0.0
+
+
+def test_mla_up_projection_recompute_seconds_on_a_roofline() -> None:
+    from autotune.job.block import mla_up_projection_forward_s
+    from cost_models import ComputeModel
+
+    peak = 1e15
+    gemm = ComputeModel(peak_flops_per_s=peak)
+    tokens, tp = 4096.0, 2
+    got = mla_up_projection_forward_s(_v3(), gemm, tokens, tp)
+    # q: T x r_q -> nh d_qk / t; kv: T x r_kv -> nh (d_nope + d_v) / t
+    flops = 2 * tokens * 1536 * 128 * 192 / tp + 2 * tokens * 512 * 128 * (128 + 128) / tp
+    assert got == pytest.approx(flops / peak, rel=1e-12)
+
+
+def test_megatron_export_names_the_mla_up_projection_recompute(tmp_path: Path) -> None:
+    """A selective plan of an MLA model recomputes the up-projections, which
+    Megatron-LM runs only when `--recompute-modules` names `mla_up_proj`
+    (its default is the attention core alone); a model without MLA keeps
+    the default."""
+    from click.testing import CliRunner
+    from planning import pinned, write_plan
+
+    from autotune.cli import main
+
+    mla = {
+        **MINI_MOE,
+        "name": "mini-mla",
+        "num_kv_heads": None,
+        "head_dim": 96,
+        "mla": {
+            "q_lora_rank": 256,
+            "kv_lora_rank": 128,
+            "qk_nope_head_dim": 64,
+            "qk_rope_head_dim": 32,
+            "v_head_dim": 64,
+        },
+    }
+    training = pinned(
+        {
+            "global_batch_sequences": 16,
+            "sequence_length": 1024,
+            "tensor_parallel": 2,
+            "data_parallel": 4,
+            "expert_parallel": 4,
+            "recompute": "selective",
+        }
+    )
+    runner = CliRunner()
+    for model, modules in ((mla, "--recompute-modules mla_up_proj"), (MINI_MOE, None)):
+        path = write_plan(tmp_path, model, training, "h100-hgx", name=f"{model['name']}.yaml")
+        doc = tmp_path / f"{model['name']}.json"
+        result = runner.invoke(main, ["plan", str(path), "--out", str(doc)])
+        assert result.exit_code == 0, result.output
+        out = tmp_path / model["name"]
+        result = runner.invoke(main, ["export", str(doc), "--to", "megatron", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        text = (out / "megatron_args.sh").read_text()
+        assert "--recompute-granularity selective" in text
+        if modules:
+            assert modules in text
+        else:
+            assert "--recompute-modules" not in text

@@ -35,15 +35,19 @@ FIXTURE = REPO / "tests" / "fixtures" / "published_moe" / "rows.yaml"
 CALIBRATION = "h100-measured"
 STEP_TARGET = 0.15
 # The record of the current figures, so a change that makes them worse
-# fails (docs/accuracy.md): the target is NOT met (median 22.6%, largest
-# 49.4%). The three large models' rows (expert groups over 4-8 nodes, the
-# runs' dispatcher and all-to-all overlap priced) are within 6-12%
-# (SPANNING_RECORD); the fine-grained models' rows (Qwen3-30B-A3B,
-# gpt-oss-120b) are 21-49% fast: the Qwen3-30B rows now wait on the host
-# for their 8-16 local experts' kernels (30.8% median before), gpt-oss's
-# BF16 experts do not, and what else they lack is not known.
-STEP_RECORD = (0.23, 0.50)
+# fails (docs/accuracy.md): the target is NOT met (median 24.3%, largest
+# 49.4%). The two Qwen3-235B rows (expert groups over 4 nodes, the runs'
+# dispatcher and all-to-all overlap priced) are within 6-12%
+# (SPANNING_RECORD); DeepSeek-V3's row, which fits now that MLA's
+# up-projections are recomputed as its recipe does and so runs at ZeRO-1
+# as the run did, is 24.9% fast (DEEPSEEK_RECORD; 7.8% when it did not fit
+# and was priced at ZeRO-3's gathers); the fine-grained models' rows
+# (Qwen3-30B-A3B, gpt-oss-120b) are 21-49% fast: the Qwen3-30B rows wait
+# on the host for their 8-16 local experts' kernels (30.8% median before),
+# gpt-oss's BF16 experts do not, and what else they lack is not known.
+STEP_RECORD = (0.25, 0.50)
 SPANNING_RECORD = 0.12
+DEEPSEEK_RECORD = 0.26
 
 pytestmark = pytest.mark.slow
 
@@ -111,8 +115,11 @@ def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
         )  # fmt: skip
         err = plan.step_s / measured_s - 1.0
         errors.append(abs(err))
-        if row["ep"] >= 32:
+        if row["ep"] >= 32 and row["model"] != "deepseek_v3":
             spanning.append(abs(err))
+        if row["model"] == "deepseek_v3":
+            assert plan.fits, "the run fitted in 80 GB"
+            assert abs(err) <= DEEPSEEK_RECORD
         layout = f"{row['tp']}x{row['pp']}x{training['data_parallel']} ({row['ep']})"
         a2a = plan.parts["ep_comm_s"] / plan.step_s
         print(
@@ -128,4 +135,4 @@ def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
     )
     assert median <= STEP_RECORD[0]
     assert max(errors) <= STEP_RECORD[1]
-    assert len(spanning) == 3 and max(spanning) <= SPANNING_RECORD
+    assert len(spanning) == 2 and max(spanning) <= SPANNING_RECORD

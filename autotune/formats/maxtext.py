@@ -234,6 +234,11 @@ def _settings(view: PlanView, notes: Notes) -> dict[str, object]:
             f"every layer; the file uses {chosen}'s"
         )
     out["remat_policy"] = _REMAT[chosen]
+    if chosen == "selective" and m.mla is not None:
+        notes.drop(
+            "recompute selective under MLA: the plan recomputes the two up-projections "
+            "(freeing Q, K and V); 'minimal' keeps every weight matmul's output"
+        )
     if chosen == "none":
         notes.drop(
             "recompute none: MaxText has no remat_policy that keeps every activation; "

@@ -86,7 +86,7 @@ from autotune.formats.export import (
 from autotune.formats.plan_view import PlanView, gemm, tp_collectives
 from autotune.plan.schema import GemmDoc
 from autotune.specs.model import FfnKind, PositionEncoding
-from autotune.specs.training import Fp8Recipe
+from autotune.specs.training import AttentionKernel, Fp8Recipe
 
 KEYS_FROM = (
     "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64; NVIDIA/TransformerEngine "
@@ -232,7 +232,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             f"recompute per stage {view.stage_recompute()}: Megatron-LM recomputes every "
             f"stage alike; the arguments use {chosen}"
         )
-    args += _recompute_args(chosen)
+    args += _recompute_args(chosen, view)
     if view.zero_stage >= 1:
         args.append(("--use-distributed-optimizer", None))
     if view.zero_stage >= 2:
@@ -416,11 +416,21 @@ def _split_args(view: PlanView) -> list[tuple[str, object]]:
     return [("--pipeline-model-parallel-layout", "|".join(stages))]
 
 
-def _recompute_args(recompute: str) -> list[tuple[str, object]]:
-    """Megatron's recomputation flags: selective recomputes the attention core;
-    full recomputes every block (uniform method, one block per checkpoint)."""
+def _recompute_args(recompute: str, view: PlanView) -> list[tuple[str, object]]:
+    """Megatron's recomputation flags: selective recomputes the attention core
+    (Megatron-Core's default `recompute_modules`, `core_attn`) and, under
+    multi-head latent attention, its up-projections (`mla_up_proj`:
+    transformer_config.py lines 1969-1973, multi_latent_attention.py lines
+    171-174 and 983-988); with a fused attention kernel the plan priced the
+    up-projections alone, so `core_attn` is left out. Full recomputes every
+    block (uniform method, one block per checkpoint)."""
     if recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        args: list[tuple[str, object]] = [("--recompute-granularity", "selective")]
+        if view.model.mla is not None:
+            fused = view.training.attention is AttentionKernel.FLASH
+            modules = ["mla_up_proj"] if fused else ["core_attn", "mla_up_proj"]
+            args.append(("--recompute-modules", modules))
+        return args
     if recompute == "full":
         return [
             ("--recompute-granularity", "full"),
@@ -564,7 +574,11 @@ def export_megatron(view: PlanView) -> Export:
         )
     body = "MEGATRON_ARGS=(\n"
     for flag, value in args:
-        body += f"  {flag}\n" if value is None else f"  {flag} {shlex.quote(str(value))}\n"
+        if value is None:
+            body += f"  {flag}\n"
+        else:
+            words = value if isinstance(value, list) else [value]
+            body += f"  {flag} {' '.join(shlex.quote(str(w)) for w in words)}\n"
     body += ")\n"
     usage = (
         '# use: torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer and '

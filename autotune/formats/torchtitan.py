@@ -357,6 +357,7 @@ def _checkpointing(view: PlanView, notes: Notes) -> str:
         notes.drop(
             "recompute selective: torchtitan's op-level selective checkpointing keeps the "
             "attention output and recomputes every other matmul, not the attention core only"
+            + (" (and, under MLA, both up-projections)" if view.model.mla is not None else "")
         )
     return chosen
 

@@ -18,7 +18,9 @@ Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
   cost_models.elementwise with its per-token bytes.
 - Recomputation adds to the backward: selective the unfused core's forward
   with its softmax and dropout (nothing under flash, whose kernel recomputes
-  the scores anyway), full the block's whole forward.
+  the scores anyway) and, under MLA, the two up-projections (Megatron-
+  Core's `mla_up_proj`, which frees Q, K and V), full the block's whole
+  forward.
 - Activations kept per recomputation mode: the Korthikanti et al. 2022
   inventory (cost_models.activations); under MeshSlice every activation is
   split over the mesh (sequence-parallel in effect).
@@ -57,7 +59,11 @@ from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec, PositionEncoding
 from autotune.specs.training import AttentionKernel, ContextComm, FcAlgorithm, Fp8Recipe
 from cost_models import Axis, CollectiveOp, CommModel, ComputeModel, MeshShape, ring_collective_s
-from cost_models.activations import BlockShape, layer_activation_bytes_per_token
+from cost_models.activations import (
+    BlockShape,
+    layer_activation_bytes_per_token,
+    mla_latent_elements,
+)
 from cost_models.context_parallel import (
     attention_rate_flops_per_s,
     attention_rate_length,
@@ -77,6 +83,7 @@ from cost_models.transformer_flops import (
 def block_shape(model: ModelSpec, sequence_length: int) -> BlockShape:
     """The model's block, at `sequence_length` tokens per sequence, as the
     activation inventory sees it."""
+    mla = model.mla
     return BlockShape(
         hidden=model.hidden_size,
         num_heads=model.num_heads,
@@ -85,7 +92,35 @@ def block_shape(model: ModelSpec, sequence_length: int) -> BlockShape:
         ffn=planned_ffn_size(model),
         gated=model.ffn_kind is FfnKind.SWIGLU,
         seq_len=sequence_length,
+        value_head_dim=None if mla is None else mla.v_head_dim,
+        latent_elements=0
+        if mla is None
+        else mla_latent_elements(mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim),
     )
+
+
+def mla_up_projection_forward_s(
+    model: ModelSpec, compute: ComputeModel, tokens: float, tp: int
+) -> float:
+    """Forward seconds on one chip of multi-head latent attention's two
+    up-projections, which selective recomputation re-runs (Megatron-Core's
+    `mla_up_proj`; cost_models.activations): every token's query latent
+    to its `nh / t` heads' queries and the key/value latent to their keys
+    and values, each a column-parallel GEMM in the FC GEMM model::
+
+        t = gemm_s(T, nh d_qk / t, r_q) + gemm_s(T, nh (d_nope + d_v) / t, r_kv)
+
+    (`r_q = h` without query compression). The rotary embedding's
+    re-application is memory-bound and left out. Zero without MLA. Units:
+    seconds."""
+    mla = model.mla
+    if mla is None:
+        return 0.0
+    nh = model.num_heads
+    r_q = mla.q_lora_rank or model.hidden_size
+    q = compute.gemm_s(tokens, nh * mla.qk_head_dim / tp, r_q)
+    kv = compute.gemm_s(tokens, nh * (mla.qk_nope_head_dim + mla.v_head_dim) / tp, mla.kv_lora_rank)
+    return float(q + kv)
 
 
 def unfused_attention_forward_s(
@@ -488,6 +523,7 @@ def block_figures(
     else:
         core = tuple(op for op in ops if op.name in ("softmax", "attention dropout"))
         selective = attn_f + float(elementwise_s(core, tokens, tp, sp, hw.hbm_bytes_per_s, True))
+    selective += mla_up_projection_forward_s(model, hw.fc_base.compute, tokens, tp)
     full = fc.forward_s + attn_f + ew_f + cx_f
     return BlockFigures(
         fc=fc,

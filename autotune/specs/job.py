@@ -132,7 +132,8 @@ class TrainingInput(StepSettings):
     )
     recompute: Literal["none", "selective", "full", "auto"] | None = Field(
         default=None,
-        description="Activation recomputation: none, selective (the attention core), full "
+        description="Activation recomputation: none, selective (the attention core; "
+        "under MLA its up-projections), full "
         "(every block's forward), auto or left out (searched).",
     )
     zero_stage: ZeroStage | Auto | None = Field(
