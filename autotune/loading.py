@@ -26,6 +26,7 @@ from autotune.specs.job import (
     overlap_expert_comm_rule,
 )
 from autotune.specs.model import ModelSpec
+from autotune.specs.pipeline_layout import layout_blocks
 from autotune.specs.plan_input import DataflowPolicy, SearchSpec
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
@@ -472,6 +473,8 @@ def load_plan_input(
         raise InputError(
             why[0], file=file, field="training.expert_tensor_parallel", value=etp, fix=why[1]
         )
+    if training.pipeline_layout is not None:
+        training = _pin_layout(model, training, file)
     why = overlap_expert_comm_rule(model, training)
     if why is not None:
         raise InputError(
@@ -550,6 +553,26 @@ def load_plan_input(
         cluster_ref=cluster_ref,
         calibration_ref=calibration_ref,
     )
+
+
+def _pin_layout(model: ModelSpec, training: TrainingInput, file: str) -> TrainingInput:
+    """Check a pinned Megatron-LM pipeline layout against the model (its
+    blocks, its MTP blocks) and pin the interleave it implies."""
+    layout = training.pipeline_layout
+    assert layout is not None
+    try:
+        blocks = layout_blocks(layout, model.num_layers, model.mtp_layers)
+    except ValueError as why:
+        raise InputError(
+            str(why),
+            file=file,
+            field="training.pipeline_layout",
+            value=layout,
+            fix=f"give {model.num_layers} t, {model.mtp_layers} m (in the last stage), "
+            "one E first and one L last",
+        ) from None
+    pp = training.pinned("pipeline_parallel")
+    return training.model_copy(update={"interleave": len(blocks) // pp})
 
 
 def _trainer_dataflow(search: SearchSpec, constraints: Constraints, file: str) -> SearchSpec:

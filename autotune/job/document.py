@@ -127,7 +127,7 @@ def to_document(plan: Plan) -> PlanDocument:
             micro_batch_size=int(c["mbs"]),
             micro_batches=m,
             recompute=plan.recompute,
-            layer_split="balanced" if plan.balanced is not None else "even",
+            layer_split=_layer_split(plan),
             attention=t.attention.value,
             dtype=t.dtype.value,
             fp8=t.fp8.value,
@@ -143,7 +143,7 @@ def to_document(plan: Plan) -> PlanDocument:
         pipeline=PipelineDoc(
             schedule="interleaved" if v > 1 else "1f1b",
             num_micro_batches=m,
-            layer_split="balanced" if plan.balanced is not None else "even",
+            layer_split=_layer_split(plan),
             stages=[
                 StageDoc(
                     stage=s,
@@ -280,3 +280,11 @@ def to_json(plan: Plan) -> str:
         else None
     )
     return doc.model_dump_json(indent=2, by_alias=True, exclude=exclude) + "\n"
+
+
+def _layer_split(plan: Plan) -> str:
+    """How the plan's layers were cut: a pinned Megatron-LM layout, the
+    pipeline balancer's plan or the even split."""
+    if plan.inp.training.pipeline_layout is not None:
+        return "layout"
+    return "balanced" if plan.balanced is not None else "even"

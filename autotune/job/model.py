@@ -68,6 +68,7 @@ from autotune.job.hardware import HardwareView
 from autotune.pipeline.schedule import peak_alive_vectors
 from autotune.pipeline.search import makespans_s, schedule_graph
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
+from autotune.specs.pipeline_layout import layout_blocks
 from autotune.specs.training import FcAlgorithm, Fp8Recipe
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.elementwise import adam_step_bytes_per_param
@@ -516,7 +517,8 @@ def price(
         pp, v = key[0], key[1]
         m = m_all[members]
         if assignments is None:
-            counts = _uniform_counts(num_layers, pp, v, c.recompute[members])
+            layers = split_layers(training, num_layers, pp, v, figs.mtp_layers)
+            counts = _uniform_counts(layers, c.recompute[members])
         else:
             counts = np.stack([assignments[i] for i in members]).astype(float)
         out = _price_group(members, c, a, p2p, counts, pp, v, m, hw, training, figs, detail, exact)
@@ -544,11 +546,25 @@ def price(
     )
 
 
-def _uniform_counts(num_layers: int, pp: int, v: int, modes: np.ndarray) -> np.ndarray:
-    """(K, pp v, 3): the even split with each candidate's one mode."""
-    layers = even_split(num_layers, pp, v).astype(float)
-    counts = np.zeros((len(modes), pp * v, 3))
-    counts[np.arange(len(modes)), :, modes] = layers
+def split_layers(
+    training: TrainingInput, num_layers: int, pp: int, v: int, mtp_layers: int
+) -> np.ndarray:
+    """Transformer blocks per model chunk (`pp v` chunks in model order)
+    when the layers are not balanced: the pinned Megatron-LM layout's
+    (specs.pipeline_layout; the loader checked it against the model, and
+    the search runs only its `pp` and `v`), else the even split."""
+    layout = training.pipeline_layout
+    if layout is None:
+        return even_split(num_layers, pp, v)
+    blocks = np.asarray(layout_blocks(layout, num_layers, mtp_layers), dtype=np.int64)
+    assert len(blocks) == pp * v, (layout, pp, v)
+    return blocks
+
+
+def _uniform_counts(layers: np.ndarray, modes: np.ndarray) -> np.ndarray:
+    """(K, pp v, 3): the split `layers` with each candidate's one mode."""
+    counts = np.zeros((len(modes), len(layers), 3))
+    counts[np.arange(len(modes)), :, modes] = layers.astype(float)
     return counts
 
 

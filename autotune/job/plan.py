@@ -250,9 +250,11 @@ def _fc_result(
 
 
 def _free_input(inp: JobInput) -> JobInput:
-    """The input with every degree left to the search."""
-    free = {k: None for k in DEGREE_KEYS}
+    """The input with every degree left to the search (and the layers cut
+    by the even split: a pinned layout holds for its degrees only)."""
+    free: dict[str, object] = {k: None for k in DEGREE_KEYS}
     free["micro_batches"] = None
+    free["pipeline_layout"] = None
     training = TrainingInput.model_validate({**inp.training.model_dump(mode="python"), **free})
     return inp.model_copy(update={"training": training})
 

@@ -323,6 +323,9 @@ def _memory(plan: Plan, console: Console) -> None:
             f"{head:.2f}" if head >= 0 else f"[red]{head:.2f}[/red]",
         )
     console.print(mem)
+    layout = plan.inp.training.pipeline_layout
+    if layout is not None:
+        console.print(f"Layer split: the file's pipeline_layout {layout}", highlight=False)
     if plan.even_split_step_s is not None:
         console.print(
             f"Balanced layer split: {fmt_s(plan.step_s)} against {fmt_s(plan.even_split_step_s)} "

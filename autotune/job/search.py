@@ -63,7 +63,7 @@ from autotune.job.model import (
     price,
 )
 from autotune.job.trainers import per_expert_kernels, stage_mixes
-from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput, LayerSplit
+from autotune.specs.job import RECOMPUTE_MODES, Constraints, JobInput
 from autotune.specs.plan_input import DataflowPolicy
 from autotune.specs.training import Fp8Recipe
 from cost_models import MeshShape
@@ -482,7 +482,7 @@ def search(
     t = inp.training
     policy = policy or inp.search.dataflow
     if balance_layers is None:
-        balance_layers = t.layer_split is LayerSplit.BALANCED
+        balance_layers = t.balances_layers
     keep = keep or lim.top_n + 1
     refusals = Refusals()
     everything = enumerate_candidates(inp, hw, refusals, lim)
@@ -723,7 +723,7 @@ def exhaustive(
     lim = constraints or inp.constraints
     t = inp.training
     searched_rc = t.pinned("recompute") is None
-    balance_layers = t.layer_split is LayerSplit.BALANCED
+    balance_layers = t.balances_layers
     c, figs, _ = priced_candidates(inp, hw, lim)
     model = inp.model
     p = price(c, figs, hw, t, model.num_layers, model.hidden_size)

@@ -259,8 +259,9 @@ class ConfigurationDoc(_Doc):
     micro_batch_size: Degree = Field(description="Sequences per micro-batch.")
     micro_batches: Degree = Field(description="Micro-batches per step and replica.")
     recompute: str = Field(description="none, selective, full, or per-stage (see pipeline).")
-    layer_split: Literal["even", "balanced"] = Field(
-        description="even: Megatron-LM's even split; balanced: the pipeline balancer's."
+    layer_split: Literal["even", "balanced", "layout"] = Field(
+        description="even: Megatron-LM's even split; balanced: the pipeline balancer's; "
+        "layout: the file's training.pipeline_layout."
     )
     attention: Literal["flash", "unfused"]
     dtype: str
@@ -338,7 +339,7 @@ class PipelineDoc(_Doc):
 
     schedule: Literal["1f1b", "interleaved"]
     num_micro_batches: Count
-    layer_split: Literal["even", "balanced"]
+    layer_split: Literal["even", "balanced", "layout"]
     stages: list[StageDoc]
     even_split_step_s: Real | None = Field(
         description="The same configuration's step with the even split (balanced plans)."

@@ -22,6 +22,7 @@ from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
+from autotune.specs.pipeline_layout import expand_layout
 from autotune.specs.plan_input import PlanInput, SearchSpec
 from autotune.specs.training import (
     FP8_DTYPE_FIX,
@@ -147,6 +148,15 @@ class TrainingInput(StepSettings):
         description="balanced: the pipeline balancer cuts layers and recomputation per stage "
         "(never slower than the even split); even: Megatron-LM's even split.",
     )
+    pipeline_layout: str | None = Field(
+        default=None,
+        max_length=100_000,
+        description="Megatron-LM's --pipeline-model-parallel-layout, e.g. Et|(tt|)*30mL: the "
+        "blocks of every virtual stage in model order (E embedding, t transformer block, m "
+        "MTP block, L loss, | between stages, x*n and (...)*n repeat); pins the layer split "
+        "(layer_split is not used) and, with pipeline_parallel pinned, interleave = stages / "
+        "pipeline_parallel. Left out: layer_split decides.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -198,6 +208,35 @@ class TrainingInput(StepSettings):
             )
         return value
 
+    @field_validator("pipeline_layout")
+    @classmethod
+    def _check_layout(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        try:
+            stages = len(expand_layout(value))
+        except ValueError as why:
+            raise ValueError(
+                f"{value!r}: {why}; fix: write it as Megatron-LM reads it, e.g. Et|(tt|)*30mL"
+            ) from None
+        pp = info.data.get("pipeline_parallel")
+        if not isinstance(pp, int):
+            raise ValueError(
+                f"{value!r} needs the pipeline stages pinned; fix: set pipeline_parallel to a "
+                f"number that divides its {stages} stage(s)"
+            )
+        v = info.data.get("interleave")
+        if stages % pp or (isinstance(v, int) and stages != pp * v):
+            if isinstance(v, int):
+                want = f"pipeline_parallel x interleave ({pp} x {v})"
+            else:
+                want = f"a multiple of pipeline_parallel ({pp})"
+            raise ValueError(
+                f"{value!r} has {stages} virtual stage(s), not {want}; fix: give a layout "
+                "with pipeline_parallel x interleave stages (or change those degrees)"
+            )
+        return value
+
     @field_validator("zero_stage")
     @classmethod
     def _check_zero(cls, value: Any, info: ValidationInfo) -> Any:
@@ -229,6 +268,12 @@ class TrainingInput(StepSettings):
                 raise ValueError(f"{why[0]}; fix: {why[1]}")
         return self
 
+    @property
+    def balances_layers(self) -> bool:
+        """Whether the pipeline balancer cuts the layers: layer_split
+        balanced and no pinned pipeline_layout."""
+        return self.layer_split is LayerSplit.BALANCED and self.pipeline_layout is None
+
     def pinned(self, name: str) -> Any:
         """The pinned value of degree `name`, or None when it is searched."""
         if name == "micro_batch_size" and self.micro_batches is not None:
@@ -248,6 +293,8 @@ class TrainingInput(StepSettings):
             out.insert(DEGREE_KEYS.index("micro_batch_size"), "micro_batches")
         if self.tensor_mesh == "1d" or self.fc_algorithm is FcAlgorithm.MEGATRON_1D:
             out.append("tensor_mesh: 1d")
+        if self.pipeline_layout is not None:
+            out.append("pipeline_layout")
         return tuple(out)
 
     def resolved(

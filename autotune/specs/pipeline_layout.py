@@ -1,0 +1,67 @@
+"""Megatron-LM's pipeline layout strings (`--pipeline-model-parallel-layout`)
+read into transformer blocks per virtual stage.
+
+The grammar (Megatron-LM `megatron/core/transformer/
+pipeline_parallel_layer_layout.py` at d98e8a64, `parse_str_to_list` and
+`validate_layer_layout`): virtual stages in model order separated by `|`,
+each a run of `E` (the embedding), `t` (a transformer block), `m` (a
+multi-token-prediction block) and `L` (the loss); `x*n` repeats one
+character and `(...)*n` a group (which may hold `|`); commas are cosmetic.
+Virtual stage `i` runs on pipeline rank `i mod pp` as its chunk
+`i div pp`, the order meshtune's chunks use. The layout must start with
+`E`, end with `L`, hold each once, hold `num_layers` blocks, and put every
+`m` after the last `t`. meshtune prices multi-token-prediction blocks in
+the last virtual stage, so the layout must put them there too (Megatron-LM
+also allows them standalone on another rank's last stage).
+"""
+
+from __future__ import annotations
+
+import re
+
+_GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
+_ONE = re.compile(r"([^()|*\d])\*(\d+)")
+_MAX_EXPANDED = 1_000_000
+
+
+def expand_layout(layout: str) -> list[str]:
+    """The layout's virtual stages as strings of `E`, `t`, `m`, `L`, in
+    model order, repetitions unrolled. Raises ValueError (reason) on a
+    character outside the grammar or an unclosed repetition."""
+    text = layout.replace(",", "").replace(" ", "")
+    for pattern in (_GROUP, _ONE):
+        while True:
+            text, count = pattern.subn(lambda g: g.group(1) * int(g.group(2)), text)
+            if len(text) > _MAX_EXPANDED:
+                raise ValueError(f"it unrolls to more than {_MAX_EXPANDED:,} characters")
+            if count == 0:
+                break
+    bad = sorted(set(text) - set("EtmL|"))
+    if bad:
+        raise ValueError(
+            f"{''.join(bad)!r} is not a layout character or an `x*n` / `(...)*n` repetition "
+            "(E embedding, t transformer block, m MTP block, L loss, | between stages)"
+        )
+    return text.split("|")
+
+
+def layout_blocks(layout: str, num_layers: int, mtp_layers: int) -> list[int]:
+    """Transformer blocks per virtual stage of a valid layout for a model
+    of `num_layers` blocks and `mtp_layers` multi-token-prediction blocks
+    (module docstring). Raises ValueError with the reason otherwise."""
+    stages = expand_layout(layout)
+    flat = "".join(stages)
+    if not flat.startswith("E") or flat.count("E") != 1:
+        raise ValueError("it must start with the embedding E and hold it once")
+    if not flat.endswith("L") or flat.count("L") != 1:
+        raise ValueError("it must end with the loss L and hold it once")
+    blocks = flat.count("t")
+    if blocks != num_layers:
+        raise ValueError(f"it holds {blocks} transformer blocks (t); the model has {num_layers}")
+    if flat.count("m") != mtp_layers:
+        raise ValueError(f"it holds {flat.count('m')} MTP blocks (m); the model has {mtp_layers}")
+    if mtp_layers and stages[-1].count("m") != mtp_layers:
+        raise ValueError("meshtune prices the MTP blocks (m) in the last stage, with the loss")
+    if "m" in flat and "t" in flat[flat.index("m") :]:
+        raise ValueError("every transformer block (t) must come before the MTP blocks (m)")
+    return [stage.count("t") for stage in stages]

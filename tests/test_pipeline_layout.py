@@ -1,0 +1,136 @@
+"""A pinned Megatron-LM pipeline layout (`training.pipeline_layout`): read
+by Megatron-LM's grammar, checked against the model, priced as written and
+exported back."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from clirun import assert_one_line_error, run_cli
+from planning import LLAMA, plan_for, write_plan
+
+from autotune.specs.pipeline_layout import expand_layout, layout_blocks
+
+# 8 layers on 2 stages of 2 chunks: Megatron-LM's virtual stage i runs on
+# rank i mod 2, so stage 0 holds chunks 0 and 2, stage 1 chunks 1 and 3
+TRAINING = {
+    "global_batch_sequences": 16,
+    "sequence_length": 1024,
+    "tensor_parallel": 1,
+    "data_parallel": 4,
+    "pipeline_parallel": 2,
+    "context_parallel": 1,
+    "micro_batch_size": 1,
+    "recompute": "none",
+    "zero_stage": 0,
+    "pipeline_layout": "Et|ttt|ttt|tL",
+}
+
+
+@pytest.mark.parametrize(
+    ("layout", "stages"),
+    [
+        # Megatron-LM's own docstring examples (pipeline_parallel_layer_layout.py)
+        ("Ettt|(tt|)*29,m|L", ["Ettt"] + ["tt"] * 29 + ["m", "L"]),
+        ("xy(ab|cd|ef)*2,pq".replace("x", "E").replace("y", "t").replace("a", "t"), None),
+        ("E(t|)*3L", ["Et", "t", "t", "L"]),
+        ("Et*3|t*2L", ["Ettt", "ttL"]),
+        ("E|(|t)*2,tL", ["E", "", "t", "ttL"]),  # "(|ab)*2,cd -> |ab|abcd"
+    ],
+)
+def test_layout_grammar(layout: str, stages: list[str] | None) -> None:
+    if stages is None:
+        with pytest.raises(ValueError, match="not a layout character"):
+            expand_layout(layout)
+    else:
+        assert expand_layout(layout) == stages
+
+
+def test_deepseek_v3_recipe_layout_by_hand() -> None:
+    """Megatron-Bridge's DeepSeek-V3 H100 layout: the embedding and one
+    block, thirty stages of two, then the MTP block and the loss."""
+    blocks = layout_blocks("Et|(tt|)*30mL", 61, 1)
+    assert blocks == [1] + [2] * 30 + [0]
+    assert sum(blocks) == 61 and len(blocks) == 32
+
+
+@pytest.mark.parametrize(
+    ("layout", "reason"),
+    [
+        ("tE|tttttttL", "must start with the embedding E"),
+        ("Ettttttt|tLL", "must end with the loss L"),
+        ("Ettt|ttttL", "holds 7 transformer blocks (t); the model has 8"),
+        ("Etttt|ttttmL", "holds 1 MTP blocks (m); the model has 0"),
+    ],
+)
+def test_layout_checked_against_the_model(layout: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        layout_blocks(layout, 8, 0)
+
+
+def test_mtp_blocks_must_sit_with_the_loss() -> None:
+    with pytest.raises(ValueError, match=re.escape("MTP blocks (m) in the last stage")):
+        layout_blocks("Etttt|ttttm|L", 8, 1)
+    with pytest.raises(ValueError, match="must come before the MTP blocks"):
+        layout_blocks("Ettt|tmttttL", 8, 1)
+    assert layout_blocks("Etttt|ttttmL", 8, 1) == [4, 4]
+
+
+def test_a_pinned_layout_is_priced_as_written_and_exported(tmp_path: Path) -> None:
+    plan = plan_for(tmp_path, LLAMA, TRAINING, "h100-hgx")
+    assert (plan.config["pp"], plan.config["v"]) == (2, 2)
+    # stage 0: chunks 0 and 2 (1 + 3 blocks); stage 1: chunks 1 and 3 (3 + 1)
+    assert plan.stages.layers.tolist() == [[1.0, 3.0], [3.0, 1.0]]
+    even = plan_for(tmp_path, LLAMA, {**TRAINING, "pipeline_layout": None}, "h100-hgx")
+    assert even.stages.layers.tolist() != plan.stages.layers.tolist()
+
+    path = write_plan(tmp_path, LLAMA, TRAINING, "h100-hgx", name="layout.yaml")
+    doc = tmp_path / "layout.json"
+    run = run_cli("plan", str(path), "--out", str(doc))
+    assert run.exit_code == 0, run.stderr
+    data = json.loads(doc.read_text())
+    assert data["configuration"]["layer_split"] == "layout"
+    assert data["pipeline"]["layer_split"] == "layout"
+    out = tmp_path / "megatron"
+    run = run_cli("export", str(doc), "--to", "megatron", "--out", str(out))
+    assert run.exit_code == 0, run.stderr
+    text = (out / "megatron_args.sh").read_text()
+    exported = text.split("--pipeline-model-parallel-layout ")[1].split()[0].strip("'")
+    assert expand_layout(exported) == expand_layout(TRAINING["pipeline_layout"])
+
+
+@pytest.mark.parametrize(
+    ("change", "fragments"),
+    [
+        (
+            {"pipeline_layout": "Et|ttt|ttt|tX"},
+            ["training.pipeline_layout", "'X' is not a layout character", "fix:"],
+        ),
+        (
+            {"pipeline_parallel": "auto"},
+            ["training.pipeline_layout", "needs the pipeline stages pinned", "fix:"],
+        ),
+        (
+            {"interleave": 4},
+            ["training.pipeline_layout", "has 4 virtual stage(s), not pipeline_parallel x "
+             "interleave (2 x 4)", "fix:"],
+        ),
+        (
+            {"pipeline_parallel": 3},
+            ["training.pipeline_layout", "not a multiple of pipeline_parallel (3)"],
+        ),
+        (
+            {"pipeline_layout": "Et|ttt|tt|tL"},
+            ["training.pipeline_layout", "holds 7 transformer blocks (t); the model has 8",
+             "fix: give 8 t, 0 m"],
+        ),
+    ],
+)  # fmt: skip
+def test_cli_a_bad_layout_exits_2_naming_the_field(
+    tmp_path: Path, change: dict, fragments: list[str]
+) -> None:
+    path = write_plan(tmp_path, LLAMA, {**TRAINING, **change}, "h100-hgx")
+    assert_one_line_error(run_cli("plan", str(path)), *fragments)
