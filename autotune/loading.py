@@ -26,7 +26,7 @@ from autotune.specs.job import (
     overlap_expert_comm_rule,
 )
 from autotune.specs.model import ModelSpec
-from autotune.specs.pipeline_layout import layout_blocks
+from autotune.specs.pipeline_layout import LayoutError, layout_blocks
 from autotune.specs.plan_input import DataflowPolicy, SearchSpec
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
@@ -562,7 +562,7 @@ def _pin_layout(model: ModelSpec, training: TrainingInput, file: str) -> Trainin
     assert layout is not None
     try:
         blocks = layout_blocks(layout, model.num_layers, model.mtp_layers)
-    except ValueError as why:
+    except LayoutError as why:
         raise InputError(
             str(why),
             file=file,

@@ -12,7 +12,7 @@ import pytest
 from clirun import assert_one_line_error, run_cli
 from planning import LLAMA, plan_for, write_plan
 
-from autotune.specs.pipeline_layout import expand_layout, layout_blocks
+from autotune.specs.pipeline_layout import LayoutError, expand_layout, layout_blocks
 
 # 8 layers on 2 stages of 2 chunks: Megatron-LM's virtual stage i runs on
 # rank i mod 2, so stage 0 holds chunks 0 and 2, stage 1 chunks 1 and 3
@@ -43,7 +43,7 @@ TRAINING = {
 )
 def test_layout_grammar(layout: str, stages: list[str] | None) -> None:
     if stages is None:
-        with pytest.raises(ValueError, match="not a layout character"):
+        with pytest.raises(LayoutError, match="not a layout character"):
             expand_layout(layout)
     else:
         assert expand_layout(layout) == stages
@@ -67,14 +67,14 @@ def test_deepseek_v3_recipe_layout_by_hand() -> None:
     ],
 )
 def test_layout_checked_against_the_model(layout: str, reason: str) -> None:
-    with pytest.raises(ValueError, match=re.escape(reason)):
+    with pytest.raises(LayoutError, match=re.escape(reason)):
         layout_blocks(layout, 8, 0)
 
 
 def test_mtp_blocks_must_sit_with_the_loss() -> None:
-    with pytest.raises(ValueError, match=re.escape("MTP blocks (m) in the last stage")):
+    with pytest.raises(LayoutError, match=re.escape("MTP blocks (m) in the last stage")):
         layout_blocks("Etttt|ttttm|L", 8, 1)
-    with pytest.raises(ValueError, match="must come before the MTP blocks"):
+    with pytest.raises(LayoutError, match="must come before the MTP blocks"):
         layout_blocks("Ettt|tmttttL", 8, 1)
     assert layout_blocks("Etttt|ttttmL", 8, 1) == [4, 4]
 

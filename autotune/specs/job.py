@@ -22,7 +22,7 @@ from autotune.specs.calibration import CalibrationSpec
 from autotune.specs.chip import ChipSpec
 from autotune.specs.cluster import ClusterSpec
 from autotune.specs.model import ModelSpec
-from autotune.specs.pipeline_layout import expand_layout
+from autotune.specs.pipeline_layout import LayoutError, expand_layout
 from autotune.specs.plan_input import PlanInput, SearchSpec
 from autotune.specs.training import (
     FP8_DTYPE_FIX,
@@ -215,7 +215,7 @@ class TrainingInput(StepSettings):
             return value
         try:
             stages = len(expand_layout(value))
-        except ValueError as why:
+        except LayoutError as why:
             raise ValueError(
                 f"{value!r}: {why}; fix: write it as Megatron-LM reads it, e.g. Et|(tt|)*30mL"
             ) from None

@@ -19,6 +19,13 @@ from __future__ import annotations
 
 import re
 
+
+class LayoutError(ValueError):
+    """Why a layout string is invalid: a reason only; the reader that
+    catches it (the training validator, the plan loader) names the field
+    and the fix."""
+
+
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
 _ONE = re.compile(r"([^()|*\d])\*(\d+)")
 _MAX_EXPANDED = 1_000_000
@@ -26,19 +33,19 @@ _MAX_EXPANDED = 1_000_000
 
 def expand_layout(layout: str) -> list[str]:
     """The layout's virtual stages as strings of `E`, `t`, `m`, `L`, in
-    model order, repetitions unrolled. Raises ValueError (reason) on a
+    model order, repetitions unrolled. Raises LayoutError (the reason) on a
     character outside the grammar or an unclosed repetition."""
     text = layout.replace(",", "").replace(" ", "")
     for pattern in (_GROUP, _ONE):
         while True:
             text, count = pattern.subn(lambda g: g.group(1) * int(g.group(2)), text)
             if len(text) > _MAX_EXPANDED:
-                raise ValueError(f"it unrolls to more than {_MAX_EXPANDED:,} characters")
+                raise LayoutError(f"it unrolls to more than {_MAX_EXPANDED:,} characters")
             if count == 0:
                 break
     bad = sorted(set(text) - set("EtmL|"))
     if bad:
-        raise ValueError(
+        raise LayoutError(
             f"{''.join(bad)!r} is not a layout character or an `x*n` / `(...)*n` repetition "
             "(E embedding, t transformer block, m MTP block, L loss, | between stages)"
         )
@@ -48,20 +55,20 @@ def expand_layout(layout: str) -> list[str]:
 def layout_blocks(layout: str, num_layers: int, mtp_layers: int) -> list[int]:
     """Transformer blocks per virtual stage of a valid layout for a model
     of `num_layers` blocks and `mtp_layers` multi-token-prediction blocks
-    (module docstring). Raises ValueError with the reason otherwise."""
+    (module docstring). Raises LayoutError with the reason otherwise."""
     stages = expand_layout(layout)
     flat = "".join(stages)
     if not flat.startswith("E") or flat.count("E") != 1:
-        raise ValueError("it must start with the embedding E and hold it once")
+        raise LayoutError("it must start with the embedding E and hold it once")
     if not flat.endswith("L") or flat.count("L") != 1:
-        raise ValueError("it must end with the loss L and hold it once")
+        raise LayoutError("it must end with the loss L and hold it once")
     blocks = flat.count("t")
     if blocks != num_layers:
-        raise ValueError(f"it holds {blocks} transformer blocks (t); the model has {num_layers}")
+        raise LayoutError(f"it holds {blocks} transformer blocks (t); the model has {num_layers}")
     if flat.count("m") != mtp_layers:
-        raise ValueError(f"it holds {flat.count('m')} MTP blocks (m); the model has {mtp_layers}")
+        raise LayoutError(f"it holds {flat.count('m')} MTP blocks (m); the model has {mtp_layers}")
     if mtp_layers and stages[-1].count("m") != mtp_layers:
-        raise ValueError("meshtune prices the MTP blocks (m) in the last stage, with the loss")
+        raise LayoutError("meshtune prices the MTP blocks (m) in the last stage, with the loss")
     if "m" in flat and "t" in flat[flat.index("m") :]:
-        raise ValueError("every transformer block (t) must come before the MTP blocks (m)")
+        raise LayoutError("every transformer block (t) must come before the MTP blocks (m)")
     return [stage.count("t") for stage in stages]
