@@ -27,9 +27,14 @@ shared experts (DeepSeek `n_shared_experts x moe_intermediate_size`,
 Qwen2-MoE `shared_expert_intermediate_size`), dense blocks first
 (DeepSeek `first_k_dense_replace`, Qwen `mlp_only_layers` when they are the
 leading blocks), MoE every n-th block (`decoder_sparse_step`), the router's
-scores (`scoring_func`) and node-limited routing (`topk_group`). gpt-oss's
-alternating sliding-window attention is priced as full attention (an
-upper bound on half its blocks' attention cores).
+scores (`scoring_func`) and node-limited routing (`topk_group`).
+
+Sliding-window attention (`sliding_window`, and which blocks use it from
+`layer_types` or the family's default: Mistral every block, Gemma 2 and
+gpt-oss every other, Gemma 3 five of six) maps onto `sliding_window` and
+`full_attention_every`; Qwen's `use_sliding_window` (false in the released
+models) windows only the blocks from `max_window_layers` on, which is
+refused with one line.
 
 Architectures meshtune cannot price (other mixture-of-experts families,
 anything not listed) are refused with one line naming what is missing.
@@ -293,6 +298,7 @@ def spec_fields(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
     if model_type == "deepseek_v3":
         mtp = _dimension(data, "num_nextn_predict_layers", file, optional=True, high=MAX_LAYERS)
         mtp = mtp or 0
+    window = _window_fields(data, model_type, layers, file)
     tied = data.get("tie_word_embeddings", fam.tied_default)
     if not isinstance(tied, bool):
         _fail(file, "tie_word_embeddings", "must be true or false", tied, "write true or false")
@@ -313,7 +319,81 @@ def spec_fields(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
         **({"moe": moe} if moe is not None else {}),
         **({"mla": mla} if mla is not None else {}),
         **({"mtp_layers": mtp} if mtp else {}),
+        **window,
     }
+
+
+#: Families whose blocks alternate windowed and full attention when the
+#: config lists no `layer_types`: every n-th block (1-based) full, as the
+#: `transformers` 5.23 configuration classes build their default
+#: `layer_types` (Gemma 2 and gpt-oss: every second; Gemma 3:
+#: `sliding_window_pattern`, default 6). Mistral windows every block.
+_FULL_EVERY = {"gemma2": 2, "gpt_oss": 2, "gemma3_text": 6}
+
+
+def _window_fields(data: dict[str, Any], model_type: str, layers: int, path: str) -> dict[str, Any]:
+    """`sliding_window` and `full_attention_every` of the spec from a
+    config's `sliding_window` and its blocks' kinds (`layer_types`, else the
+    family's default pattern); none when the config has no window or the
+    family ignores it (Qwen's `use_sliding_window: false`)."""
+    window = data.get("sliding_window")
+    if window is None or model_type not in (
+        "mistral",
+        "gemma2",
+        "gemma3_text",
+        "gpt_oss",
+        "qwen2",
+        "qwen3",
+        "qwen2_moe",
+        "qwen3_moe",
+    ):
+        return {}
+    if model_type.startswith("qwen") and not data.get("use_sliding_window", False):
+        return {}
+    w = _dimension(data, "sliding_window", path)
+    kinds = data.get("layer_types")
+    if kinds is None:
+        if model_type.startswith("qwen"):
+            _fail(
+                path,
+                "use_sliding_window",
+                "windows only the blocks from max_window_layers on, a pattern meshtune does not "
+                "price (it windows every block, or all but every n-th)",
+                True,
+                "set use_sliding_window to false, or give the model's fields in the plan YAML",
+            )
+        every = _FULL_EVERY.get(model_type)
+        if model_type == "gemma3_text":
+            every = _dimension(data, "sliding_window_pattern", path, optional=True) or every
+        kinds = [
+            "full_attention" if every and (i + 1) % every == 0 else "sliding_attention"
+            for i in range(layers)
+        ]
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        _fail(
+            path,
+            "layer_types",
+            f"must list one kind per block ({layers})",
+            kinds,
+            'give "sliding_attention" or "full_attention" for every block',
+        )
+    full = [i + 1 for i, kind in enumerate(kinds) if kind == "full_attention"]
+    if len(full) == layers:
+        return {}
+    if not full:
+        return {"sliding_window": w}
+    every = full[0]
+    if every < 2 or full != list(range(every, layers + 1, every)):
+        _fail(
+            path,
+            "layer_types",
+            "mixes sliding and full attention in a pattern meshtune does not price (every "
+            "block windowed, or every n-th block full)",
+            f"full attention at blocks {', '.join(map(str, full[:4]))}"
+            + (", ..." if len(full) > 4 else ""),
+            "give the model's fields in the plan YAML with the nearest full_attention_every",
+        )
+    return {"sliding_window": w, "full_attention_every": every}
 
 
 def _first_key(data: dict[str, Any], keys: tuple[str, ...]) -> str:

@@ -52,6 +52,26 @@ def attention_core_forward_flops(
     return full / 2.0 if causal else full
 
 
+def windowed_attention_share(seq_len: float, window: int | None) -> float:
+    """Work of a causal sliding-window attention core over the causal core's
+    (the share a flash kernel that skips masked tiles executes): each query
+    meets at most `w` keys (itself and the `w - 1` before it), so in the
+    continuous count `attention_core_forward_flops` uses for the causal
+    mask (`s^2 / 2` query-key pairs)::
+
+        K_w = s^2 / 2                   s <= w
+        K_w = s w - w^2 / 2             s >  w
+        share = K_w / (s^2 / 2)
+
+    1 without a window (`None`). Derivation (Mistral 7B, arXiv:2310.06825,
+    section 2: "each token can attend to at most W tokens"; the kernel's
+    block granularity is left out). Dimensionless."""
+    if window is None or seq_len <= window:
+        return 1.0
+    pairs = seq_len * window - window * window / 2.0
+    return pairs / (seq_len * seq_len / 2.0)
+
+
 FLASH_BACKWARD_GEMMS = 5.0
 """A flash-attention backward runs five `s x s x d` GEMM sets (`S = Q K^T`
 again, `dV = P^T dO`, `dP = dO V^T`, `dQ = dS K`, `dK = dS^T Q`) against the
@@ -70,6 +90,7 @@ def model_flops_per_token(
     vocab: int,
     seq_len: int,
     causal: bool = False,
+    core_share: float = 1.0,
 ) -> float:
     """Training model FLOPs per token (the MFU numerator).
 
@@ -82,7 +103,9 @@ def model_flops_per_token(
     counted in full (`c = 1`) as Korthikanti et al. 2022 and PaLM do, or,
     with `causal`, its unmasked half (`c = 1/2`: the work a causal kernel
     that skips the masked half does; at long sequences the full count
-    exceeds what the chips execute and MFU would pass 1). For GPT (MHA,
+    exceeds what the chips execute and MFU would pass 1), times `core_share`
+    (sliding-window blocks: the mean over the blocks of
+    windowed_attention_share, what the kernel executes). For GPT (MHA,
     GELU, F = 4h, nh d = h) this is Korthikanti's
     `72 s l h^2 (1 + s/(6h) + V/(12 h l))` divided by `s` (per token).
     Units: FLOPs per token.
@@ -90,7 +113,7 @@ def model_flops_per_token(
     p_block = block_matrix_params(hidden, num_heads, num_kv_heads, head_dim, ffn, gated)
     dense = 6.0 * (num_layers * p_block + hidden * vocab)
     attention = 12.0 * num_layers * seq_len * num_heads * head_dim * (0.5 if causal else 1.0)
-    return dense + attention
+    return dense + attention * core_share
 
 
 def recompute_flops_per_token(
@@ -104,9 +127,11 @@ def recompute_flops_per_token(
     gated: bool,
     seq_len: int,
     attention_causal: bool,
+    core_share: float = 1.0,
 ) -> float:
     """FLOPs executed again in the backward pass by recomputation (added to
-    the model FLOPs for HFU).
+    the model FLOPs for HFU); the attention core's times `core_share` as in
+    :func:`model_flops_per_token`.
 
     Formula (derivation: recomputation re-runs forward work):
 
@@ -117,7 +142,7 @@ def recompute_flops_per_token(
 
     Units: FLOPs per token.
     """
-    core = 4.0 * seq_len * num_heads * head_dim * (0.5 if attention_causal else 1.0)
+    core = 4.0 * seq_len * num_heads * head_dim * (0.5 if attention_causal else 1.0) * core_share
     if mode == "none":
         return 0.0
     if mode == "selective":

@@ -124,6 +124,16 @@ BAD = [
      "num_hidden_layers: got '32'; must be a whole number from 1 to 100000"),
     ("heads.json", json.dumps({**LLAMA_3_8B, "num_key_value_heads": 5}),
      "must be a multiple of num_kv_heads"),
+    ("qwenwindow.json", json.dumps({**LLAMA_3_8B, "model_type": "qwen3", "sliding_window": 4096,
+                                    "use_sliding_window": True, "max_window_layers": 28}),
+     "use_sliding_window: got true; windows only the blocks from max_window_layers on"),
+    ("mixedwindow.json", json.dumps({**LLAMA_3_8B, "model_type": "mistral", "sliding_window": 4096,
+                                     "layer_types": ["full_attention"] * 2
+                                     + ["sliding_attention"] * 30}),
+     "layer_types: got 'full attention at blocks 1, 2'; mixes sliding and full attention"),
+    ("shortwindow.json", json.dumps({**LLAMA_3_8B, "model_type": "gemma2", "sliding_window": 4096,
+                                     "layer_types": ["full_attention"] * 3}),
+     "layer_types: got ['full_attention', 'full_attention', 'full_attention']; must list one"),
 ]  # fmt: skip
 
 

@@ -67,6 +67,25 @@ class Notes:
         self.not_expressed.append(line)
 
 
+def note_sliding_window(view: PlanView, notes: Notes, trainer: str) -> None:
+    """The not-expressed line of a writer whose trainer file cannot window
+    the attention as the plan priced it (its blocks attend to the whole
+    prefix there)."""
+    m = view.model
+    if m.sliding_window is None:
+        return
+    n = m.full_attention_every
+    if n is None:
+        which = "every block"
+    else:
+        suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+        which = f"all but every {n}{suffix} block"
+    notes.drop(
+        f"sliding_window {m.sliding_window} on {which}: the {trainer} file attends to the "
+        "whole prefix in every block (slower than planned)"
+    )
+
+
 def header_lines(view: PlanView, target: str, keys_from: str, notes: Notes) -> list[str]:
     """The comment lines every exported file starts with (without markers)."""
     t = view.training

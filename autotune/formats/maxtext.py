@@ -66,6 +66,7 @@ from autotune.formats.export import (
     expert_comm_notes,
     finish,
     header_lines,
+    note_sliding_window,
     shared_expert_count,
 )
 from autotune.formats.plan_view import PlanView
@@ -487,6 +488,7 @@ def _flags(view: PlanView) -> str:
 def export_maxtext(view: PlanView) -> Export:
     """maxtext.yml (parallelism, model, remat) and the XLA flags script."""
     notes = Notes()
+    note_sliding_window(view, notes, "MaxText")
     settings = _settings(view, notes)
     _per_layer_drops(view, notes)
     flags = _flags(view)

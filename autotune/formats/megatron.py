@@ -178,6 +178,14 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         args += [("--group-query-attention", None), ("--num-query-groups", m.kv_heads)]
     if m.ffn_kind is FfnKind.SWIGLU:
         args.append(("--swiglu", None))
+    if m.sliding_window is not None:
+        # TE's window (left, right) counts the keys before the query, so a
+        # window of w tokens is (w - 1, 0) (Megatron-Bridge v0.4.2
+        # models/gemma/gemma2_bridge.py line 54); the full blocks every n-th
+        # (megatron/core/transformer/utils.py lines 532-540 at d98e8a64)
+        args.append(("--window-size", f"{m.sliding_window - 1},0"))
+        if m.full_attention_every is not None:
+            args.append(("--window-attn-skip-freq", m.full_attention_every))
     if m.position_encoding is PositionEncoding.ROTARY:
         # Megatron's default is learned_absolute: a rotary model needs the flag
         args.append(("--position-embedding-type", "rope"))

@@ -65,6 +65,7 @@ from autotune.formats.export import (
     finish,
     header_lines,
     needs_1d,
+    note_sliding_window,
     shared_expert_count,
 )
 from autotune.formats.plan_view import PlanView
@@ -174,6 +175,7 @@ def export_mindformers(view: PlanView) -> Export:
     model keys of the dense template."""
     needs_1d(view, "mindformers", "MindFormers")
     notes = Notes()
+    note_sliding_window(view, notes, "MindFormers")
     t, m = view.training, view.model
     pp, vp, dp = t.pipeline_parallel, view.interleave, t.data_parallel
     parallel_config: dict[str, object] = {

@@ -60,6 +60,7 @@ from autotune.formats.export import (
     finish,
     header_lines,
     needs_1d,
+    note_sliding_window,
 )
 from autotune.formats.megatron import mismatches
 from autotune.formats.plan_view import PlanView
@@ -385,6 +386,7 @@ def export_torchtitan(view: PlanView) -> Export:
     """meshtune_torchtitan.py: torchtitan 0.3.0's config module for the plan."""
     needs_1d(view, "torchtitan", "torchtitan")
     notes = Notes()
+    note_sliding_window(view, notes, "torchtitan")
     t, m = view.training, view.model
     tp, pp, dp = view.tensor_parallel, t.pipeline_parallel, t.data_parallel
     cp = view.context_parallel

@@ -6,7 +6,9 @@ Per block (tokens `T = b s` per micro-batch, `t` tensor-parallel chips):
 
 - FC layers: :mod:`autotune.job.fc` (MeshSlice plan or Megatron 1D).
 - Attention core: a flash kernel costs `4 b nh s^2 d / 2 / t` FLOPs forward
-  (the causal half, cost_models.transformer_flops) at the attention rate
+  (the causal half, cost_models.transformer_flops; a sliding-window
+  block its windowed share of them at the rate of a `w`-token kernel,
+  averaged over the model's windowed and full blocks) at the attention rate
   (the calibration's fitted curve in the sequence length, else the
   cluster's figure, else the GEMM rate) and
   2.5 forwards of FLOPs backward (`FLASH_BACKWARD_GEMMS / 2`), at the
@@ -77,6 +79,7 @@ from cost_models.meshslice import meshslice_lower_bound_s
 from cost_models.transformer_flops import (
     FLASH_BACKWARD_GEMMS,
     attention_core_forward_flops,
+    windowed_attention_share,
 )
 
 
@@ -97,6 +100,29 @@ def block_shape(model: ModelSpec, sequence_length: int) -> BlockShape:
         if mla is None
         else mla_latent_elements(mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim),
     )
+
+
+def flash_attention_s(hw: HardwareView, flops: float, length: float) -> tuple[float, float]:
+    """(forward, backward) seconds of a fused attention kernel doing `flops`
+    forward FLOPs at the rate of rate length `length` (cost_models.
+    context_parallel.attention_rate_flops_per_s): the forward at the
+    attention rate, the backward `FLASH_BACKWARD_GEMMS / 2` forwards of
+    FLOPs at the backward kernel's own fitted rate when the calibration has
+    one, else at the forward's. Units: FLOPs, tokens, seconds."""
+    rate = attention_rate_flops_per_s(
+        length, hw.attention_flops_per_s, hw.attention_seq_half, hw.attention_max_seq
+    )
+    forward = flops / float(rate)
+    backward = FLASH_BACKWARD_GEMMS / 2.0 * forward
+    if hw.attention_backward_flops_per_s is not None:
+        rate_b = attention_rate_flops_per_s(
+            length,
+            hw.attention_backward_flops_per_s,
+            hw.attention_backward_seq_half,
+            hw.attention_backward_max_seq,
+        )
+        backward = FLASH_BACKWARD_GEMMS / 2.0 * flops / float(rate_b)
+    return forward, backward
 
 
 def mla_up_projection_forward_s(
@@ -478,21 +504,18 @@ def block_figures(
         flops = attention_core_forward_flops(mbs, s, nh, d, causal=True) / (tp * cp)
         # the kernel runs on the chip's query block of s / cp tokens, causal:
         # at the rate of a full kernel on half of them
-        length = attention_rate_length(local_s, causal=True)
-        rate = attention_rate_flops_per_s(
-            length, hw.attention_flops_per_s, hw.attention_seq_half, hw.attention_max_seq
-        )
-        attn_f = flops / float(rate)
-        attn_b = FLASH_BACKWARD_GEMMS / 2.0 * attn_f
-        if hw.attention_backward_flops_per_s is not None:
-            # the backward kernel at its own measured rate
-            rate_b = attention_rate_flops_per_s(
-                length,
-                hw.attention_backward_flops_per_s,
-                hw.attention_backward_seq_half,
-                hw.attention_backward_max_seq,
-            )
-            attn_b = FLASH_BACKWARD_GEMMS / 2.0 * flops / float(rate_b)
+        length = float(attention_rate_length(local_s, causal=True))
+        attn_f, attn_b = flash_attention_s(hw, flops, length)
+        windowed = model.windowed_blocks / model.num_layers
+        if windowed > 0:
+            # a sliding-window block: its share of the causal work, each query
+            # block meeting at most w keys (the rate of a full kernel on w)
+            w = model.sliding_window
+            assert w is not None
+            share = windowed_attention_share(s, w)
+            win_f, win_b = flash_attention_s(hw, flops * share, min(float(w), length))
+            attn_f = (1.0 - windowed) * attn_f + windowed * win_f
+            attn_b = (1.0 - windowed) * attn_b + windowed * win_b
     else:
         attn_f = float(unfused_attention_forward_s(hw.gemm, mbs, nh, s, d, tp))
         attn_b = 2.0 * attn_f

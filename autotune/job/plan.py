@@ -38,7 +38,11 @@ from autotune.specs.model import FfnKind
 from autotune.specs.model_params import block_params
 from autotune.specs.training import FcAlgorithm, TrainingSpec
 from cost_models import MeshShape
-from cost_models.transformer_flops import model_flops_per_token, recompute_flops_per_token
+from cost_models.transformer_flops import (
+    model_flops_per_token,
+    recompute_flops_per_token,
+    windowed_attention_share,
+)
 
 BETTER_BY = 0.10
 """A pinned plan names a free configuration faster by more than this share."""
@@ -162,13 +166,30 @@ def _flops(inp: JobInput, shares: np.ndarray) -> tuple[float, float]:
     args = (m.hidden_size, m.num_heads, m.kv_heads, m.head_dim, m.ffn_size)
     gated = m.ffn_kind is FfnKind.SWIGLU
     flash = t.attention.value == "flash"
-    # a flash kernel skips the masked half: count what it executes
+    # a flash kernel skips the masked half (and a window's masked tiles):
+    # count what it executes
+    windowed = m.windowed_blocks / m.num_layers
+    share = 1.0
+    if flash and windowed:
+        share = (
+            1.0
+            - windowed
+            + windowed * windowed_attention_share(t.sequence_length, m.sliding_window)
+        )
     per_token = model_flops_per_token(
-        m.num_layers, *args, gated, m.vocab_size or 0, t.sequence_length, causal=flash
+        m.num_layers,
+        *args,
+        gated,
+        m.vocab_size or 0,
+        t.sequence_length,
+        causal=flash,
+        core_share=share,
     )
     extra = sum(
         float(shares[i])
-        * recompute_flops_per_token(mode, m.num_layers, *args, gated, t.sequence_length, flash)
+        * recompute_flops_per_token(
+            mode, m.num_layers, *args, gated, t.sequence_length, flash, core_share=share
+        )
         for i, mode in enumerate(RECOMPUTE_MODES)
     )
     if m.moe is not None:
@@ -176,7 +197,7 @@ def _flops(inp: JobInput, shares: np.ndarray) -> tuple[float, float]:
         # `block_params` with `active`: k routed experts), MLA's core widths
         active = sum(block_params(m, i, active=True) for i in range(m.num_layers))
         core = 12.0 * m.num_layers * t.sequence_length * m.num_heads * m.core_head_dim
-        core *= 0.5 if flash else 1.0
+        core *= (0.5 if flash else 1.0) * share
         per_token = 6.0 * (active + m.hidden_size * (m.vocab_size or 0)) + core
         full = 2.0 * active + core / 3.0
         extra = float(shares[1]) * core / 3.0 + float(shares[2]) * full

@@ -208,6 +208,22 @@ class ModelSpec(Spec):
         default=None,
         description="Multi-head latent attention (omitted: Q, K, V projections of full width).",
     )
+    sliding_window: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_DIM,
+        description="Tokens a sliding-window block's query attends to (itself and those "
+        "before it: Mistral 7B v0.1 4096, gpt-oss 128); omitted: every block attends to the "
+        "whole causal prefix. Range: 1 to 2^24.",
+    )
+    full_attention_every: int | None = Field(
+        default=None,
+        ge=2,
+        le=MAX_LAYERS,
+        description="With sliding_window: every n-th block (the n-th, 2n-th, ...) attends to "
+        "the whole prefix instead (gpt-oss and Gemma 2: 2; Gemma 3: 6; Megatron-LM's "
+        "--window-attn-skip-freq); omitted: every block is windowed. Range: 2 to 100,000.",
+    )
     mtp_layers: int = Field(
         default=0,
         ge=0,
@@ -229,6 +245,11 @@ class ModelSpec(Spec):
                 f"moe.first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers "
                 f"({self.num_layers}); fix: at most num_layers"
             )
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise ValueError(
+                f"full_attention_every ({self.full_attention_every}) needs sliding_window; "
+                "fix: give the window's tokens, or remove full_attention_every"
+            )
         if self.mla is not None and self.head_dim != self.mla.qk_head_dim:
             raise ValueError(
                 f"head_dim ({self.head_dim}) must be mla.qk_nope_head_dim + "
@@ -248,7 +269,20 @@ class ModelSpec(Spec):
                 data.pop(key, None)
         if self.mtp_layers == 0:
             data.pop("mtp_layers", None)
+        for key in ("sliding_window", "full_attention_every"):
+            if getattr(self, key) is None:
+                data.pop(key, None)
         return data
+
+    @property
+    def windowed_blocks(self) -> int:
+        """Blocks whose attention is windowed: all without full_attention_every,
+        else those whose 1-based number is not a multiple of it; 0 without a
+        sliding window."""
+        if self.sliding_window is None:
+            return 0
+        n = self.full_attention_every
+        return self.num_layers if n is None else self.num_layers - self.num_layers // n
 
     @property
     def kv_heads(self) -> int:
