@@ -124,3 +124,55 @@ def test_hugging_face_windows_match_the_library(tmp_path: Path, cls_name: str) -
     kinds = getattr(config, "layer_types", None)
     if kinds is not None:
         assert sum(k == "sliding_attention" for k in kinds) == windowed
+
+
+@pytest.mark.parametrize(
+    ("model", "comm", "refused"),
+    [
+        ({**LLAMA, "sliding_window": 4096}, "p2p", "sliding-window attention only"),
+        ({**LLAMA, "sliding_window": 4096}, "all_gather", None),
+        ({**LLAMA, "sliding_window": 4096}, "a2a", None),
+        (LLAMA, "p2p", None),
+    ],
+)
+def test_context_parallel_comm_transformer_engine_runs(
+    tmp_path: Path, model: dict, comm: str, refused: str | None
+) -> None:
+    """Transformer Engine v2.9 runs sliding-window attention under context
+    parallelism only with all_gather or a2a: a pinned p2p context group
+    exits 2 naming the rule; the others plan."""
+    from clirun import assert_one_line_error, run_cli
+
+    training = pinned({"global_batch_sequences": 8, "sequence_length": 8192,
+                       "tensor_parallel": 1, "data_parallel": 4, "context_parallel": 2,
+                       "context_parallel_comm": comm})  # fmt: skip
+    path = write_plan(tmp_path, model, training, "h100-hgx")
+    run = run_cli("plan", str(path))
+    if refused is None:
+        assert run.exit_code == 0, run.stderr
+    else:
+        assert_one_line_error(run, "training.context_parallel", refused)
+
+
+def test_mla_context_parallelism_runs_p2p_only(tmp_path: Path) -> None:
+    from clirun import assert_one_line_error, run_cli
+
+    from autotune.job.trainers import context_attention_refusal
+    from autotune.specs.training import ContextComm
+
+    v3 = load_model_spec(REPO / "examples" / "deepseek-v3" / "config.json")
+    assert context_attention_refusal(v3, ContextComm.P2P) is None
+    for comm in (ContextComm.A2A, ContextComm.ALL_GATHER):
+        assert "MLA (key width 192, value width 128)" in context_attention_refusal(v3, comm)
+    # torchtitan's attention is PyTorch's, not Transformer Engine's: no such rule
+    windowed = {**LLAMA, "sliding_window": 4096}
+    training = pinned({"global_batch_sequences": 8, "sequence_length": 8192,
+                       "tensor_parallel": 1, "data_parallel": 4, "context_parallel": 2,
+                       "context_parallel_comm": "p2p", "zero_stage": 3})  # fmt: skip
+    path = write_plan(tmp_path, windowed, training, "h100-hgx",
+                      constraints={"trainer": "torchtitan"})  # fmt: skip
+    run = run_cli("plan", str(path))
+    assert run.exit_code == 0, run.stderr
+    path = write_plan(tmp_path, windowed, training, "h100-hgx", name="m.yaml",
+                      constraints={"trainer": "megatron"})  # fmt: skip
+    assert_one_line_error(run_cli("plan", str(path)), "sliding-window attention only")

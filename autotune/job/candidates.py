@@ -24,6 +24,9 @@ the degree it refuses:
   (specs/training.context_parallel_rule), `constraints.max_context_parallel`;
   a2a (Ulysses) also needs the query and key/value heads of each tensor
   chip divisible by cp (Megatron-LM and Transformer Engine assert both);
+  where the layers run in Transformer Engine (Megatron-LM, or no trainer
+  on GPU nodes) a sliding window needs all_gather or a2a and MLA p2p
+  (job/trainers.py `context_attention_refusal`);
 - expert parallelism (a mixture of experts; 1 for a dense model): `ep`
   divides the routed experts and `etp ep` the `t cp dp` chips of a stage
   (Megatron-Core's parallel folding: the experts regroup the stage's
@@ -63,9 +66,11 @@ import numpy as np
 from autotune.job.hardware import HardwareView
 from autotune.job.model import COLUMNS, Candidates
 from autotune.job.trainers import (
+    context_attention_refusal,
     expert_tensor_refusal,
     mesh_refusal,
     recompute_refusal,
+    runs_transformer_engine,
     zero_refusal,
 )
 from autotune.specs.cluster import Topology
@@ -205,6 +210,8 @@ def context_degrees(
             f"cluster {spec.name} gives per-axis link figures only, none for a context-parallel "
             "group"
         )
+    elif runs_transformer_engine(lim.trainer, hw.cluster.chips_per_node is not None):
+        every = context_attention_refusal(inp.model, t.context_parallel_comm)
     if every is not None and any(cp > 1 for cp in allowed):
         refusals.add("context_parallel", "above 1" if pinned is None else pinned, every)
         return [cp for cp in allowed if cp == 1]

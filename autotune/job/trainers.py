@@ -62,6 +62,8 @@ expressed:` line.
 from __future__ import annotations
 
 from autotune.specs.job import Trainer
+from autotune.specs.model import ModelSpec
+from autotune.specs.training import ContextComm
 
 #: trainers whose tensor parallelism has one axis
 _ONE_AXIS = (Trainer.MEGATRON, Trainer.TORCHTITAN)
@@ -149,10 +151,37 @@ def stage_mixes(trainer: Trainer | None) -> bool:
     return trainer is None
 
 
-def per_expert_kernels(trainer: Trainer | None, gpu_nodes: bool) -> bool:
-    """Whether the routed experts' kernels are issued one per expert from
-    the host, so host time can bound them (module docstring): Megatron-LM,
-    or no trainer on a cluster of GPU nodes."""
+def runs_transformer_engine(trainer: Trainer | None, gpu_nodes: bool) -> bool:
+    """Whether the layers run in Transformer Engine: Megatron-LM, or no
+    trainer on a cluster of GPU nodes (priced as Megatron-LM runs it,
+    module docstring)."""
     if trainer is None:
         return gpu_nodes
     return trainer is Trainer.MEGATRON
+
+
+def per_expert_kernels(trainer: Trainer | None, gpu_nodes: bool) -> bool:
+    """Whether the routed experts' kernels are issued one per expert from
+    the host, so host time can bound them (module docstring): where the
+    layers run in Transformer Engine (runs_transformer_engine)."""
+    return runs_transformer_engine(trainer, gpu_nodes)
+
+
+def context_attention_refusal(model: ModelSpec, comm: ContextComm) -> str | None:
+    """Why Transformer Engine's context-parallel attention cannot run this
+    model's attention with `comm`, or None (NVIDIA/TransformerEngine v2.9,
+    70f53666, `pytorch/attention/dot_product_attention/context_parallel.py`
+    lines 3803-3815): sliding-window attention only with all_gather or a2a,
+    multi-head latent attention (key and value widths differ) only with p2p
+    (or TE's hierarchical a2a+p2p, which meshtune does not price)."""
+    if model.sliding_window is not None and comm is ContextComm.P2P:
+        return (
+            "Transformer Engine's context parallelism runs sliding-window attention only "
+            "with context_parallel_comm all_gather or a2a"
+        )
+    if model.mla is not None and comm is not ContextComm.P2P:
+        return (
+            f"Transformer Engine's context parallelism runs MLA (key width {model.head_dim}, "
+            f"value width {model.value_head_dim}) only with context_parallel_comm p2p"
+        )
+    return None
