@@ -223,6 +223,33 @@ def expert_data_parallel(chips_per_stage: ArrayLike, ep: ArrayLike, etp: int = 1
     return np.asarray(chips_per_stage, dtype=float) / (np.asarray(ep, dtype=float) * etp)
 
 
+FLEX_DISPATCH_NUM_SMS = 20
+"""Streaming multiprocessors the flex dispatcher's dispatch and combine
+kernels (DeepEP, HybridEP) hold while they run: Megatron-LM's historical
+default (NVIDIA/Megatron-LM d98e8a64 `megatron/core/transformer/
+transformer_config.py` lines 969-971: `moe_deepep_num_sms` "historical
+default 20"; HybridEP takes DeepEP's default, lines 973-975). Units: SMs."""
+
+
+def overlap_hidden_s(comm_s: ArrayLike, compute_s: ArrayLike, sm_share: ArrayLike) -> np.ndarray:
+    """Seconds of `comm_s` hidden behind `compute_s` when the two run at
+    once and the communication kernels hold a share `f` of the chip's
+    cores meanwhile (the computation runs on `1 - f` of them for as long as
+    both run)::
+
+        t_pair = max(C, W + f min(C, W))
+        hidden = C + W - t_pair
+
+    While the communication runs (`min(C, W)` of the computation's time
+    when it is the shorter) the computation loses `f` of its rate, so it
+    ends `f min(C, W)` later; `f = 0` hides `min(C, W)`. Derivation
+    (first order in `f`); seconds, vectorised."""
+    c = np.asarray(comm_s, dtype=float)
+    w = np.asarray(compute_s, dtype=float)
+    f = np.asarray(sm_share, dtype=float)
+    return c + w - np.maximum(c, w + f * np.minimum(c, w))
+
+
 def expert_activation_bytes_per_copy(
     hidden: int,
     expert_ffn: int,
@@ -302,6 +329,7 @@ def capacity_tokens_per_expert(
 
 
 __all__ = [
+    "FLEX_DISPATCH_NUM_SMS",
     "balanced_imbalance",
     "capacity_tokens_per_expert",
     "dispatch_bytes_per_chip",
@@ -311,6 +339,7 @@ __all__ = [
     "expert_params_per_chip",
     "expert_tensor_gather_bytes",
     "node_limited_share",
+    "overlap_hidden_s",
     "permutation_bytes",
     "routed_tokens_per_chip",
     "router_bytes",

@@ -1058,3 +1058,34 @@ def test_megatron_export_names_the_mla_up_projection_recompute(tmp_path: Path) -
             assert modules in text
         else:
             assert "--recompute-modules" not in text
+
+
+@pytest.mark.parametrize(
+    ("comm", "compute", "share", "hidden"),
+    [
+        (2.0, 10.0, 0.0, 2.0),  # shorter communication: all of it hidden
+        (10.0, 2.0, 0.0, 2.0),  # longer: the computation's length of it
+        # DeepEP's 20 of 132 SMs: the computation loses 20/132 of its rate for
+        # the 2 s both run, ending 2 x 20/132 s later
+        (2.0, 10.0, 20 / 132, 2.0 - 2.0 * 20 / 132),
+        # a computation that still ends inside the communication hides fully
+        (10.0, 2.0, 20 / 132, 2.0),
+        # near-equal: the slowed computation outlasts the communication
+        (10.0, 9.0, 0.25, 10.0 + 9.0 - (9.0 + 0.25 * 9.0)),
+    ],
+)
+def test_overlap_hidden_seconds_by_hand(comm, compute, share, hidden) -> None:
+    from cost_models.moe import overlap_hidden_s
+
+    assert float(overlap_hidden_s(comm, compute, share)) == pytest.approx(hidden, rel=1e-12)
+
+
+def test_flex_dispatchers_hold_their_sms(tmp_path: Path) -> None:
+    """DeepEP and HybridEP hold 20 SMs (Megatron-LM's default) while they
+    run: 20 of an H100's 132; NCCL's all-to-all is not charged."""
+    from planning import EP8_FP8, plan_for
+
+    for dispatcher, share in (("deepep", 20 / 132), ("hybridep", 20 / 132), ("alltoall", 0.0)):
+        training = pinned({**EP8_FP8, "expert_dispatcher": dispatcher})
+        plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx")
+        assert plan.experts.comm_sm_share == pytest.approx(share, rel=1e-12), dispatcher

@@ -62,10 +62,11 @@ from autotune.job.hardware import HardwareView
 from autotune.specs.job import TrainingInput
 from autotune.specs.model import FfnKind, ModelSpec
 from autotune.specs.model_params import ffn_matrices
-from autotune.specs.training import FcAlgorithm, Fp8Recipe
+from autotune.specs.training import ExpertDispatcher, FcAlgorithm, Fp8Recipe
 from cost_models import ComputeModel
 from cost_models.fp8 import fp8_saved_input_bytes_per_element
 from cost_models.moe import (
+    FLEX_DISPATCH_NUM_SMS,
     deduplicated_share,
     default_imbalance,
     dispatch_bytes_per_chip,
@@ -111,6 +112,9 @@ class ExpertFigures:
     #: grouped GEMMs' forward and backward (0: the GPU is the slower)
     host_launches: tuple[float, float] = (0.0, 0.0)
     host_wait_s: float = 0.0
+    #: the share of the chip's cores the dispatcher's all-to-all kernels
+    #: hold while they run (DeepEP, HybridEP; 0: NCCL's, not stated)
+    comm_sm_share: float = 0.0
     #: a dense block's FFN beyond the planned shared experts
     dense_forward_s: float = 0.0
     dense_backward_s: float = 0.0
@@ -180,6 +184,18 @@ def _scale_out_nodes(axis: AxisLayout, chips_per_node: int | None) -> int:
     if chips_per_node is None:
         return axis.size
     return max(1, axis.size * axis.stride // chips_per_node)
+
+
+def dispatch_sm_share(training: TrainingInput, hw: HardwareView) -> float:
+    """The share of the chip's cores the flex dispatcher's kernels (DeepEP,
+    HybridEP) hold while they run: FLEX_DISPATCH_NUM_SMS over the chip's
+    num_cores; 0 for NCCL's all-to-all (its channel count is not stated)
+    or a chip without a core count."""
+    chip = hw.cluster.chip
+    flex = training.expert_dispatcher is not ExpertDispatcher.ALLTOALL
+    if not flex or chip is None or not chip.num_cores:
+        return 0.0
+    return min(FLEX_DISPATCH_NUM_SMS / chip.num_cores, 1.0)
 
 
 def expert_figures(
@@ -275,6 +291,7 @@ def expert_figures(
         expert_gemm_dims=grouped_gemm_dims(rows, h, width / etp, gated),
         host_launches=launches,
         host_wait_s=host_wait,
+        comm_sm_share=dispatch_sm_share(training, hw),
     )
     extra = model.ffn_size - moe.shared_expert_ffn_size
     if extra <= 0 or all(model.moe_layer_flags):

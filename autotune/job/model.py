@@ -73,6 +73,7 @@ from autotune.specs.training import FcAlgorithm, Fp8Recipe
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.elementwise import adam_step_bytes_per_param
 from cost_models.fp8 import fp8_weight_copy_bytes_per_param
+from cost_models.moe import overlap_hidden_s
 
 BUCKET_BYTES = 25 * 2**20
 """Gradient bucket size: PyTorch DDP's default `bucket_cap_mb=25`
@@ -332,6 +333,7 @@ def _gather_experts(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
         "x_f": col([x.forward_s for x in xs]),
         "x_b": col([x.backward_s for x in xs]),
         "x_a2a": col([x.all_to_all_forward_s + x.all_to_all_backward_s for x in xs]),
+        "x_sm": col([x.comm_sm_share for x in xs]),
         "x_params": col([x.expert_params for x in xs]),
         "x_router": col([x.router_params for x in xs]),
         "x_buf": col([x.buffer_bytes for x in xs]),
@@ -386,14 +388,16 @@ def expert_overlap(
     micro-batches run their all-to-alls `C = x_a2a` (forward and backward)
     beside the other's computation `W = F_blk + B_blk + x_f + x_b - C`
     (the block's attention, FFN and experts), so `min(C, W)` of it is
-    hidden, split evenly between the passes; unmerged passes keep theirs::
+    hidden, less what the computation loses to the cores the dispatcher's
+    kernels hold (`x_sm`, cost_models.moe.overlap_hidden_s), split evenly
+    between the passes; unmerged passes keep theirs::
 
-        hidden = merged * min(C, W)
+        hidden = merged * overlap_hidden_s(C, W, x_sm)
 
     Seconds per block and micro-batch."""
     comm = g["x_a2a"]
     compute = f_blk + b_blk + g["x_f"] + g["x_b"] - comm
-    hidden = merged * np.minimum(comm, compute)
+    hidden = merged * overlap_hidden_s(comm, compute, g.get("x_sm", 0.0))
     return {
         **g,
         "x_f": g["x_f"] - hidden / 2,
