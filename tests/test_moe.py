@@ -419,6 +419,16 @@ MINI_MOE = {
 }
 
 
+#: 8 GPUs as TP 2 x DP 4 with the experts over 4 of them
+TP2_EP4 = {
+    "global_batch_sequences": 16,
+    "sequence_length": 1024,
+    "tensor_parallel": 2,
+    "data_parallel": 4,
+    "expert_parallel": 4,
+}
+
+
 @pytest.mark.parametrize(
     ("ep", "etp", "zero"), [(4, 1, 3), (16, 1, 3), (4, 1, 1), (1, 1, 0), (4, 2, 3), (2, 4, 1)]
 )
@@ -721,16 +731,7 @@ def test_expert_tensor_parallelism_in_the_exports(tmp_path: Path) -> None:
 
     from autotune.cli import main
 
-    training = pinned(
-        {
-            "global_batch_sequences": 16,
-            "sequence_length": 1024,
-            "tensor_parallel": 2,
-            "data_parallel": 4,
-            "expert_parallel": 4,
-            "expert_tensor_parallel": 2,
-        }
-    )
+    training = pinned({**TP2_EP4, "expert_tensor_parallel": 2})
     path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx")
     doc = tmp_path / "plan.json"
     runner = CliRunner()
@@ -1033,16 +1034,7 @@ def test_megatron_export_names_the_mla_up_projection_recompute(tmp_path: Path) -
             "v_head_dim": 64,
         },
     }
-    training = pinned(
-        {
-            "global_batch_sequences": 16,
-            "sequence_length": 1024,
-            "tensor_parallel": 2,
-            "data_parallel": 4,
-            "expert_parallel": 4,
-            "recompute": "selective",
-        }
-    )
+    training = pinned({**TP2_EP4, "recompute": "selective"})
     runner = CliRunner()
     for model, modules in ((mla, "--recompute-modules mla_up_proj"), (MINI_MOE, None)):
         path = write_plan(tmp_path, model, training, "h100-hgx", name=f"{model['name']}.yaml")
