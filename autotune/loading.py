@@ -28,6 +28,7 @@ from autotune.specs.job import (
 from autotune.specs.model import ModelSpec
 from autotune.specs.pipeline_layout import LayoutError, layout_blocks
 from autotune.specs.plan_input import DataflowPolicy, SearchSpec
+from autotune.specs.training import ContextComm
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
 _UNION_TAG = re.compile(r"^(constrained-\w+|literal\[.*\]|list\[.*\]|int|float|str|bool)$")
@@ -475,6 +476,13 @@ def load_plan_input(
         )
     if training.pipeline_layout is not None:
         training = _pin_layout(model, training, file)
+    if (
+        model.sliding_window is not None
+        and "context_parallel_comm" not in training.model_fields_set
+    ):
+        # Transformer Engine's context parallelism windows the attention only
+        # over all_gather or a2a (job/trainers.py context_attention_refusal)
+        training = training.model_copy(update={"context_parallel_comm": ContextComm.ALL_GATHER})
     why = overlap_expert_comm_rule(model, training)
     if why is not None:
         raise InputError(

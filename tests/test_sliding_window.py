@@ -176,3 +176,20 @@ def test_mla_context_parallelism_runs_p2p_only(tmp_path: Path) -> None:
     path = write_plan(tmp_path, windowed, training, "h100-hgx", name="m.yaml",
                       constraints={"trainer": "megatron"})  # fmt: skip
     assert_one_line_error(run_cli("plan", str(path)), "sliding-window attention only")
+
+
+def test_a_windowed_model_exchanges_context_by_all_gather_unless_told(tmp_path: Path) -> None:
+    """Left out, the context exchange of a windowed model is all_gather
+    (Transformer Engine windows the attention under context parallelism
+    only with all_gather or a2a), shown on the Planned line; a model
+    without a window keeps p2p."""
+    from clirun import run_cli
+
+    training = pinned({"global_batch_sequences": 8, "sequence_length": 8192,
+                       "tensor_parallel": 1, "data_parallel": 4,
+                       "context_parallel": 2})  # fmt: skip
+    for model, comm in (({**LLAMA, "sliding_window": 4096}, "all_gather"), (LLAMA, "p2p")):
+        path = write_plan(tmp_path, model, training, "h100-hgx")
+        run = run_cli("plan", str(path))
+        assert run.exit_code == 0, run.stderr
+        assert f"context exchange {comm}" in " ".join(run.stdout.split())

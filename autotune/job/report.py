@@ -169,7 +169,12 @@ def render_report(plan: Plan, console: Console | None = None) -> None:
     console.print(
         f"\n[bold green]{'Planned' if plan.fits else 'Closest (does not fit)'}:[/bold green] "
         + config_line(plan.config, plan.recompute, plan.micro_batches)
-        + f", FC {t.fc_algorithm.value}, attention {t.attention.value}",
+        + f", FC {t.fc_algorithm.value}, attention {t.attention.value}"
+        + (
+            f", context exchange {t.context_parallel_comm.value}"
+            if int(plan.config.get("cp", 1)) > 1
+            else ""
+        ),
         highlight=False,
     )
     console.print(

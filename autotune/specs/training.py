@@ -144,7 +144,8 @@ class StepSettings(Spec):
         strict=False,
         description="Context parallelism's key/value exchange: p2p (ring attention, overlapped "
         "with the attention core), all_gather or a2a (DeepSpeed-Ulysses; heads divided over the "
-        "group). Megatron-LM's --cp-comm-type.",
+        "group). Megatron-LM's --cp-comm-type. Left out: p2p, or all_gather for a model with "
+        "a sliding window (Transformer Engine runs windows only with all_gather or a2a).",
     )
     expert_dispatcher: ExpertDispatcher = Field(
         default=ExpertDispatcher.ALLTOALL,
