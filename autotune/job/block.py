@@ -509,7 +509,9 @@ def block_figures(
         windowed = model.windowed_blocks / model.num_layers
         if windowed > 0:
             # a sliding-window block: its share of the causal work, each query
-            # block meeting at most w keys (the rate of a full kernel on w)
+            # block meeting at most w keys (the rate of a full kernel on w; it
+            # errs slow: the window's many query blocks fill the chip better
+            # than one w-token sequence's do)
             w = model.sliding_window
             assert w is not None
             share = windowed_attention_share(s, w)
