@@ -231,23 +231,51 @@ transformer_config.py` lines 969-971: `moe_deepep_num_sms` "historical
 default 20"; HybridEP takes DeepEP's default, lines 973-975). Units: SMs."""
 
 
-def overlap_hidden_s(comm_s: ArrayLike, compute_s: ArrayLike, sm_share: ArrayLike) -> np.ndarray:
-    """Seconds of `comm_s` hidden behind `compute_s` when the two run at
-    once and the communication kernels hold a share `f` of the chip's
-    cores meanwhile (the computation runs on `1 - f` of them for as long as
-    both run)::
+def merged_layer_pair_s(
+    attention_forward_s: ArrayLike,
+    attention_backward_s: ArrayLike,
+    experts_forward_s: ArrayLike,
+    experts_backward_s: ArrayLike,
+    all_to_all_forward_s: ArrayLike,
+    all_to_all_backward_s: ArrayLike,
+    sm_share: ArrayLike,
+) -> np.ndarray:
+    """Seconds of one MoE layer's forward (micro-batch `i + 1`) merged with
+    another's backward (micro-batch `i`) as Megatron-Core's EP overlap
+    schedules them (NVIDIA/Megatron-LM d98e8a64 `megatron/core/models/common/
+    model_chunk_schedule_plan.py` lines 243-245)::
 
-        t_pair = max(C, W + f min(C, W))
-        hidden = C + W - t_pair
+        comm stream: combine_bwd      | dispatch_fwd -> dispatch_bwd | combine_fwd
+        comp stream: pre_dispatch_fwd | mlp_bwd      -> mlp_fwd      | pre_dispatch_bwd
 
-    While the communication runs (`min(C, W)` of the computation's time
-    when it is the shorter) the computation loses `f` of its rate, so it
-    ends `f min(C, W)` later; `f = 0` hides `min(C, W)`. Derivation
-    (first order in `f`); seconds, vectorised."""
-    c = np.asarray(comm_s, dtype=float)
-    w = np.asarray(compute_s, dtype=float)
+    Each pass's all-to-all time `C` is its dispatch and its combine, half
+    each; `A` is the layer's computation before the dispatch (attention,
+    router, permutation), `M` the experts'. Four phases each take the
+    longer of their two streams; while both run the computation has only
+    `1 - f` of the chip's cores (`f` the share the dispatcher's kernels
+    hold, FLEX_DISPATCH_NUM_SMS), so it ends `f min(c, w)` later (first
+    order in `f`)::
+
+        t = p(C_b/2, A_f) + p(C_f/2, M_b) + p(C_b/2, M_f) + p(C_f/2, A_b)
+        p(c, w) = max(c, w + f min(c, w))
+
+    A stream's work cannot move into another phase, so a long all-to-all
+    beside a short module stays exposed even when the layer's computation
+    as a whole is longer. Units: seconds, vectorised."""
     f = np.asarray(sm_share, dtype=float)
-    return c + w - np.maximum(c, w + f * np.minimum(c, w))
+
+    def phase(comm: ArrayLike, work: ArrayLike) -> np.ndarray:
+        c, w = np.asarray(comm, dtype=float), np.asarray(work, dtype=float)
+        return np.maximum(c, w + f * np.minimum(c, w))
+
+    c_f = np.asarray(all_to_all_forward_s, dtype=float) / 2.0
+    c_b = np.asarray(all_to_all_backward_s, dtype=float) / 2.0
+    return (
+        phase(c_b, attention_forward_s)
+        + phase(c_f, experts_backward_s)
+        + phase(c_b, experts_forward_s)
+        + phase(c_f, attention_backward_s)
+    )
 
 
 def expert_activation_bytes_per_copy(
@@ -338,8 +366,8 @@ __all__ = [
     "expert_ffn_forward_flops",
     "expert_params_per_chip",
     "expert_tensor_gather_bytes",
+    "merged_layer_pair_s",
     "node_limited_share",
-    "overlap_hidden_s",
     "permutation_bytes",
     "routed_tokens_per_chip",
     "router_bytes",

@@ -1053,23 +1053,26 @@ def test_megatron_export_names_the_mla_up_projection_recompute(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("comm", "compute", "share", "hidden"),
+    ("attn_f", "attn_b", "mlp_f", "mlp_b", "share", "pair"),
     [
-        (2.0, 10.0, 0.0, 2.0),  # shorter communication: all of it hidden
-        (10.0, 2.0, 0.0, 2.0),  # longer: the computation's length of it
-        # DeepEP's 20 of 132 SMs: the computation loses 20/132 of its rate for
-        # the 2 s both run, ending 2 x 20/132 s later
-        (2.0, 10.0, 20 / 132, 2.0 - 2.0 * 20 / 132),
-        # a computation that still ends inside the communication hides fully
-        (10.0, 2.0, 20 / 132, 2.0),
-        # near-equal: the slowed computation outlasts the communication
-        (10.0, 9.0, 0.25, 10.0 + 9.0 - (9.0 + 0.25 * 9.0)),
+        # every module outlasts the 1 s all-to-all beside it: the computation
+        (2.0, 4.0, 1.5, 3.0, 0.0, 2.0 + 3.0 + 1.5 + 4.0),
+        # short expert GEMMs: both dispatches (1 s) stay partly exposed
+        (2.0, 4.0, 0.25, 0.5, 0.0, 2.0 + 1.0 + 1.0 + 4.0),
+        # DeepEP's 20 of 132 SMs: each phase's computation ends 20/132 of
+        # its 1 s overlap later
+        (2.0, 4.0, 1.5, 3.0, 20 / 132, 2.0 + 3.0 + 1.5 + 4.0 + 4 * 20 / 132),
+        # a module shorter than its all-to-all is hidden inside it even when
+        # slowed: max(1, 0.25 + 0.25 f)
+        (2.0, 4.0, 0.25, 0.5, 20 / 132, 2.0 + 20 / 132 + 1.0 + 1.0 + 4.0 + 20 / 132),
     ],
 )
-def test_overlap_hidden_seconds_by_hand(comm, compute, share, hidden) -> None:
-    from cost_models.moe import overlap_hidden_s
+def test_merged_layer_pair_by_hand(attn_f, attn_b, mlp_f, mlp_b, share, pair) -> None:
+    from cost_models.moe import merged_layer_pair_s
 
-    assert float(overlap_hidden_s(comm, compute, share)) == pytest.approx(hidden, rel=1e-12)
+    # 2 s of all-to-all per pass: dispatch and combine 1 s each
+    got = float(merged_layer_pair_s(attn_f, attn_b, mlp_f, mlp_b, 2.0, 2.0, share))
+    assert got == pytest.approx(pair, rel=1e-12)
 
 
 def test_flex_dispatchers_hold_their_sms(tmp_path: Path) -> None:

@@ -91,16 +91,32 @@ def test_merged_fraction_by_hand() -> None:
 
 
 def test_expert_overlap_by_hand() -> None:
+    """Megatron-Core's merged pair (cost_models.moe.merged_layer_pair_s):
+    combine backward beside the attention forward, the dispatches beside
+    the experts, combine forward beside the attention backward."""
     one = np.ones(1)
-    # compute-bound: C = 4 (2 per pass), W = 1 + 2 + 3 + 5 - 4 = 7, half the
-    # passes merged: 2 s hidden, 1 s from each pass
-    g = {"x_f": 3 * one, "x_b": 5 * one, "x_a2a": 4 * one, "other": 9 * one}
+    # every all-to-all (1 s each: C_f = C_b = 2) beside a module at least as
+    # long: A_f = 1 + 3 - 2 - 1 = 1, M_b = 2, M_f = 1, A_b = 2 + 5 - 2 - 2 =
+    # 3, so all 4 s are hidden; half the passes merged: 2 s, 1 s per pass
+    g = {"x_f": 3 * one, "x_b": 5 * one, "x_a2a": 4 * one, "x_a2a_f": 2 * one,
+         "x_mlp_f": 1 * one, "x_mlp_b": 2 * one, "other": 9 * one}  # fmt: skip
     out = expert_overlap(g, 1 * one, 2 * one, 0.5 * one)
     assert (out["x_f"][0], out["x_b"][0], out["x_a2a"][0]) == (2.0, 4.0, 2.0)
     assert out["other"][0] == 9.0
-    # communication-bound: C = 10, W = 0.5 + 0.5 + 6 + 7 - 10 = 4, all
-    # merged: 4 s hidden, 6 s still exposed
-    g = {"x_f": 6 * one, "x_b": 7 * one, "x_a2a": 10 * one}
+    # the dispatches beside 0.5 s expert GEMMs: 1.5 + 1 + 1 + 4.5 = 8 s for
+    # 4 + 7 = 11 s of work, 3 hidden though the computation (7 s) outlasts
+    # the all-to-alls (4 s)
+    g2 = {**g, "x_mlp_f": 0.5 * one, "x_mlp_b": 0.5 * one}
+    out = expert_overlap(g2, 1 * one, 2 * one, one)
+    assert (out["x_f"][0], out["x_b"][0], out["x_a2a"][0]) == (1.5, 3.5, 1.0)
+    # DeepEP's cores (20 %): each phase's computation ends 0.2 x its overlap
+    # later: 1.2 + 2.2 + 1.2 + 3.2 = 7.8 s, 3.2 hidden
+    out = expert_overlap({**g, "x_sm": 0.2 * one}, 1 * one, 2 * one, one)
+    assert out["x_a2a"][0] == pytest.approx(0.8, rel=1e-12)
+    # communication-bound: C = 10 (2.5 s each), A_f = A_b = 0.5, M_f = 1,
+    # M_b = 2: every phase is its all-to-all, W = 4 hidden, 6 s exposed
+    g = {"x_f": 6 * one, "x_b": 7 * one, "x_a2a": 10 * one, "x_a2a_f": 5 * one,
+         "x_mlp_f": 1 * one, "x_mlp_b": 2 * one}  # fmt: skip
     out = expert_overlap(g, 0.5 * one, 0.5 * one, one)
     assert (out["x_f"][0], out["x_b"][0], out["x_a2a"][0]) == (4.0, 5.0, 6.0)
 

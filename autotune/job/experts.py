@@ -115,6 +115,11 @@ class ExpertFigures:
     #: the share of the chip's cores the dispatcher's all-to-all kernels
     #: hold while they run (DeepEP, HybridEP; 0: NCCL's, not stated)
     comm_sm_share: float = 0.0
+    #: the grouped GEMMs' part of forward_s / backward_s (host wait
+    #: included): Megatron-Core's `mlp` node, which its EP overlap pairs
+    #: with the all-to-alls (cost_models.moe.merged_layer_pair_s)
+    mlp_forward_s: float = 0.0
+    mlp_backward_s: float = 0.0
     #: a dense block's FFN beyond the planned shared experts
     dense_forward_s: float = 0.0
     dense_backward_s: float = 0.0
@@ -292,6 +297,8 @@ def expert_figures(
         host_launches=launches,
         host_wait_s=host_wait,
         comm_sm_share=dispatch_sm_share(training, hw),
+        mlp_forward_s=gemm_f,
+        mlp_backward_s=gemm_b,
     )
     extra = model.ffn_size - moe.shared_expert_ffn_size
     if extra <= 0 or all(model.moe_layer_flags):

@@ -73,7 +73,7 @@ from autotune.specs.training import FcAlgorithm, Fp8Recipe
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.elementwise import adam_step_bytes_per_param
 from cost_models.fp8 import fp8_weight_copy_bytes_per_param
-from cost_models.moe import overlap_hidden_s
+from cost_models.moe import merged_layer_pair_s
 
 BUCKET_BYTES = 25 * 2**20
 """Gradient bucket size: PyTorch DDP's default `bucket_cap_mb=25`
@@ -333,7 +333,10 @@ def _gather_experts(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
         "x_f": col([x.forward_s for x in xs]),
         "x_b": col([x.backward_s for x in xs]),
         "x_a2a": col([x.all_to_all_forward_s + x.all_to_all_backward_s for x in xs]),
+        "x_a2a_f": col([x.all_to_all_forward_s for x in xs]),
         "x_sm": col([x.comm_sm_share for x in xs]),
+        "x_mlp_f": col([x.mlp_forward_s for x in xs]),
+        "x_mlp_b": col([x.mlp_backward_s for x in xs]),
         "x_params": col([x.expert_params for x in xs]),
         "x_router": col([x.router_params for x in xs]),
         "x_buf": col([x.buffer_bytes for x in xs]),
@@ -385,19 +388,29 @@ def expert_overlap(
 ) -> dict[str, np.ndarray]:
     """`g` with a MoE block's all-to-all seconds hidden where its passes run
     merged (merged_fraction): a merged forward and backward of two
-    micro-batches run their all-to-alls `C = x_a2a` (forward and backward)
-    beside the other's computation `W = F_blk + B_blk + x_f + x_b - C`
-    (the block's attention, FFN and experts), so `min(C, W)` of it is
-    hidden, less what the computation loses to the cores the dispatcher's
-    kernels hold (`x_sm`, cost_models.moe.overlap_hidden_s), split evenly
-    between the passes; unmerged passes keep theirs::
+    micro-batches run as Megatron-Core's EP overlap schedules them
+    (cost_models.moe.merged_layer_pair_s: each dispatch and combine beside
+    one module of the other pass, the computation slowed by the cores the
+    dispatcher's kernels hold, `x_sm`), so of the pair's all-to-alls `C`
+    (forward `C_f = x_a2a_f`, backward `C_b`) and computation `W` (the
+    block's attention, FFN, router and permutation `A`, the experts' GEMMs
+    `M = x_mlp`) what the pair saves over running them one after the other
+    is hidden, split evenly between the passes; unmerged passes keep
+    theirs::
 
-        hidden = merged * overlap_hidden_s(C, W, x_sm)
+        hidden = merged * (C + W - t_pair)
 
     Seconds per block and micro-batch."""
     comm = g["x_a2a"]
-    compute = f_blk + b_blk + g["x_f"] + g["x_b"] - comm
-    hidden = merged * overlap_hidden_s(comm, compute, g.get("x_sm", 0.0))
+    comm_f = g.get("x_a2a_f", comm / 2.0)
+    comm_b = comm - comm_f
+    mlp_f = g.get("x_mlp_f", 0.0)
+    mlp_b = g.get("x_mlp_b", 0.0)
+    attn_f = f_blk + g["x_f"] - comm_f - mlp_f
+    attn_b = b_blk + g["x_b"] - comm_b - mlp_b
+    pair = merged_layer_pair_s(attn_f, attn_b, mlp_f, mlp_b, comm_f, comm_b, g.get("x_sm", 0.0))
+    compute = attn_f + attn_b + mlp_f + mlp_b
+    hidden = merged * (comm + compute - pair)
     return {
         **g,
         "x_f": g["x_f"] - hidden / 2,
