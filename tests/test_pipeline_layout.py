@@ -134,3 +134,14 @@ def test_cli_a_bad_layout_exits_2_naming_the_field(
 ) -> None:
     path = write_plan(tmp_path, LLAMA, {**TRAINING, **change}, "h100-hgx")
     assert_one_line_error(run_cli("plan", str(path)), *fragments)
+
+
+def test_a_layout_may_give_the_ends_chunks_of_their_own(tmp_path: Path) -> None:
+    """Megatron-LM's --account-for-embedding/loss-in-pipeline-split as a
+    layout: 6 blocks and the two ends over 4 x 2 virtual stages, the
+    embedding and the loss each alone in theirs (more chunks than blocks)."""
+    model = {**LLAMA, "num_layers": 6}
+    training = {**TRAINING, "pipeline_layout": "E|t|t|t|t|t|t|L", "interleave": 2,
+                "pipeline_parallel": 4, "data_parallel": 2}  # fmt: skip
+    plan = plan_for(tmp_path, model, training, "h100-hgx")
+    assert plan.stages.layers.tolist() == [[0.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]

@@ -367,7 +367,8 @@ def _outer_rows(
                 if v == 1 and pp > 1 and _overlapped(inp):
                     refusals.add("interleave", v, OVERLAP_NEEDS_INTERLEAVE)
                     continue
-                if pp * v > layers:
+                if pp * v > layers and t.pipeline_layout is None:
+                    # (a pinned layout may hold chunks of the ends alone)
                     refusals.add("interleave", v, f"{pp} x {v} chunks exceed the {layers} layers")
                     continue
                 if v > 1 and m % pp:
