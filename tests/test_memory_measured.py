@@ -55,13 +55,7 @@ def out_of_scope(entry: dict) -> str | None:
         return "activation offloading or CUDA graphs"
     if p["use_megatron_fsdp"] or p["use_torch_fsdp2"]:
         return "FSDP"
-    if (
-        p["pipeline_model_parallel_layout"]
-        or p["decoder_first_pipeline_num_layers"]
-        or p["decoder_last_pipeline_num_layers"]
-        or p["account_for_embedding_in_pipeline_split"]
-        or p["account_for_loss_in_pipeline_split"]
-    ):
+    if _uneven(entry) and megatron_layout(entry) is None:
         return "uneven pipeline split"
     if "distill" in name:
         return "knowledge distillation (a teacher model is in memory too)"
@@ -72,6 +66,59 @@ def out_of_scope(entry: dict) -> str | None:
     if _interleave(entry) > 1 and micro % pp:
         return "interleaving with micro-batches not a multiple of the stages (refused)"
     return None
+
+
+def _uneven(entry: dict) -> bool:
+    p = entry["parallel"]
+    return bool(
+        p["pipeline_model_parallel_layout"]
+        or p["decoder_first_pipeline_num_layers"]
+        or p["decoder_last_pipeline_num_layers"]
+        or p["account_for_embedding_in_pipeline_split"]
+        or p["account_for_loss_in_pipeline_split"]
+    )
+
+
+def megatron_layout(entry: dict) -> str | None:
+    """The test case's uneven split as Megatron-LM's layout string (pinned
+    as `training.pipeline_layout`), or None for an even split or one this
+    does not translate. Megatron-LM's rules (d98e8a64
+    `megatron/core/transformer/transformer_config.py`, the
+    `--decoder-first/last-pipeline-num-layers` and
+    `--account-for-embedding/loss-in-pipeline-split` help):
+
+    - first and last stage sizes: the other blocks split evenly over the
+      middle stages (no interleaving);
+    - embedding and loss counted as one block each: the blocks and the two
+      ends split evenly over every virtual stage, the embedding alone at the
+      start of the first, the loss at the end of the last.
+    """
+    p, m = entry["parallel"], entry["model"]
+    if p["pipeline_model_parallel_layout"]:
+        return str(p["pipeline_model_parallel_layout"])
+    layers, pp, v = m["num_layers"], p["pipeline_model_parallel_size"], _interleave(entry)
+    first, last = p["decoder_first_pipeline_num_layers"], p["decoder_last_pipeline_num_layers"]
+    if (first or last) and v == 1 and pp > 2:
+        first, last = first or 0, last or 0
+        middle, rest = divmod(layers - first - last, pp - 2)
+        if rest:
+            return None
+        counts = [first] + [middle] * (pp - 2) + [last]
+    elif p["account_for_embedding_in_pipeline_split"] or p["account_for_loss_in_pipeline_split"]:
+        emb = int(bool(p["account_for_embedding_in_pipeline_split"]))
+        loss = int(bool(p["account_for_loss_in_pipeline_split"]))
+        per, rest = divmod(layers + emb + loss, pp * v)
+        if rest:
+            return None
+        counts = [per] * (pp * v)
+        counts[0] -= emb
+        counts[-1] -= loss
+    else:
+        return None
+    stages = ["t" * n for n in counts]
+    stages[0] = "E" + stages[0]
+    stages[-1] += "L"
+    return "|".join(stages)
 
 
 def _interleave(entry: dict) -> int:
@@ -99,7 +146,8 @@ def _cluster(entry: dict) -> dict:
 def predict(tmp: Path, entry: dict) -> dict[str, float]:
     """The last pipeline stage's memory by part, bytes, for the test case's
     configuration pinned (Megatron-LM's 1D tensor parallelism, its even
-    split, fp32 main gradients, the distributed optimizer as ZeRO-1)."""
+    split or its uneven one as a layout, fp32 main gradients, the
+    distributed optimizer as ZeRO-1)."""
     m, p, b, r, f = (
         entry["model"],
         entry["parallel"],
@@ -140,6 +188,7 @@ def predict(tmp: Path, entry: dict) -> dict[str, float]:
         "dropout": (f["hidden_dropout"] or 0) > 0,
         "fp32_gradients": True,
         "layer_split": "even",
+        **({"pipeline_layout": megatron_layout(entry)} if _uneven(entry) else {}),
         "workspace_gib": 0.0,
         "memory_reserve_fraction": 0.0,
     }
