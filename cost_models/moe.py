@@ -324,17 +324,36 @@ def expert_tensor_gather_bytes(
 
 
 def permutation_bytes(
-    tokens: ArrayLike, top_k: int, hidden: int, element_bytes: float
+    tokens: ArrayLike,
+    top_k: int,
+    hidden: int,
+    element_bytes: float,
+    unpermuted_tokens: ArrayLike | None = None,
 ) -> np.ndarray:
     """HBM bytes of the memory-bound token shuffling around the experts per
     pass and chip: permute (read and write `T k` copies of `h`) and
-    un-permute with the routing weights (read `T k` copies, write `T`
-    tokens)::
+    un-permute with the routing weights (read `T k` copies, write `U`
+    tokens: the chip's `T`, or with the allgather dispatcher every gathered
+    token, allgather_dispatch_tokens)::
 
-        (3 k + 1) T h e
+        (3 k T + U) h e          ((3 k + 1) T h e when U = T)
 
     The backward moves the same gradients. Units: bytes. Vectorised."""
-    return (3.0 * top_k + 1.0) * np.asarray(tokens, dtype=float) * hidden * element_bytes
+    t = np.asarray(tokens, dtype=float)
+    u = t if unpermuted_tokens is None else np.asarray(unpermuted_tokens, dtype=float)
+    return (3.0 * top_k * t + u) * hidden * element_bytes
+
+
+def allgather_dispatch_tokens(tokens: ArrayLike, ep: int, etp: int = 1) -> np.ndarray:
+    """Tokens every chip holds after the allgather dispatcher's all-gather
+    over the expert group (`ep x etp` chips, each bringing its `T`): `T ep
+    etp` (Megatron-Core `MoEAllGatherTokenDispatcher.token_dispatch`,
+    `token_dispatcher.py` lines 281-303 at d98e8a64: "[(S/TP)*B, H] ->
+    [((S/TP)*B)*(TP*EP), H]", its TP the expert tensor group). Each chip
+    keeps the copies routed to its local experts, `T k etp` on average,
+    and reduce-scatters its un-permuted outputs back over the same group.
+    Units: tokens. Vectorised."""
+    return np.asarray(tokens, dtype=float) * ep * etp
 
 
 def router_bytes(tokens: ArrayLike, num_experts: int) -> np.ndarray:
@@ -358,6 +377,7 @@ def capacity_tokens_per_expert(
 
 __all__ = [
     "FLEX_DISPATCH_NUM_SMS",
+    "allgather_dispatch_tokens",
     "balanced_imbalance",
     "capacity_tokens_per_expert",
     "dispatch_bytes_per_chip",

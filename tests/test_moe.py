@@ -1084,3 +1084,56 @@ def test_flex_dispatchers_hold_their_sms(tmp_path: Path) -> None:
         training = pinned({**EP8_FP8, "expert_dispatcher": dispatcher})
         plan = plan_for(tmp_path, MINI_MOE, training, "h100-hgx")
         assert plan.experts.comm_sm_share == pytest.approx(share, rel=1e-12), dispatcher
+
+
+def test_allgather_dispatcher_by_hand(tmp_path: Path) -> None:
+    """Megatron-LM's default dispatcher: each chip gathers every token of its
+    expert group (its T = 1,024 tokens times EP 8 = 8,192, each with its
+    fp32 probability and routing-map byte per expert, 5 x 16), keeps the copies
+    routed to its experts, and reduce-scatters the outputs: an all-gather
+    and a reduce-scatter of the gathered bytes per pass on the expert axis;
+    its buffers are the gathered tokens and the un-permuted outputs."""
+    from planning import write_plan
+
+    from autotune.job.experts import expert_figures
+    from autotune.job.hardware import hardware_view
+    from autotune.loading import load_plan_input
+    from cost_models import MeshShape
+    from cost_models.moe import allgather_dispatch_tokens, permutation_bytes
+
+    assert allgather_dispatch_tokens(1024, 8) == 8192
+    assert allgather_dispatch_tokens(1024, 4, 2) == 8192
+    # permute 2 x 1,024 copies (read and write), un-permute them into all
+    # 8,192 gathered tokens
+    assert permutation_bytes(1024, 2, 1024, 2, 8192) == (3 * 2 * 1024 + 8192) * 1024 * 2
+    assert permutation_bytes(1024, 2, 1024, 2) == (3 * 2 + 1) * 1024 * 1024 * 2
+
+    training = pinned({**EP8_FP8, "sequence_length": 1024, "fp8": "none",
+                       "expert_dispatcher": "allgather"})  # fmt: skip
+    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx")
+    inp = load_plan_input(path)
+    hw = hardware_view(inp)
+    axes = hw.expert_axes(MeshShape(1, 1), 8, 1, 1, 8)
+    assert not isinstance(axes, str)
+    _, ep8, _ = axes
+    x = expert_figures(inp.model, inp.training, hw, ep8, 1, 1, 1)
+    gathered = 8192 * (1024 * 2 + 5 * 16)
+    comm = float(hw.hierarchical_ring_s(ep8, "all_gather", gathered))
+    comm += float(hw.hierarchical_ring_s(ep8, "reduce_scatter", gathered))
+    assert x.all_to_all_forward_s == pytest.approx(comm, rel=1e-12)
+    assert x.all_to_all_bytes == gathered
+    assert x.buffer_bytes == 2 * 8192 * 1024 * 2
+
+
+def test_allgather_dispatcher_is_refused_with_the_overlap(tmp_path: Path) -> None:
+    from clirun import assert_one_line_error, run_cli
+    from planning import write_plan
+
+    training = pinned({**EP8_FP8, "fp8": "none", "expert_dispatcher": "allgather",
+                       "overlap_expert_comm": True})  # fmt: skip
+    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx")
+    assert_one_line_error(
+        run_cli("plan", str(path)),
+        "training.overlap_expert_comm",
+        "runs only with the alltoall or flex token dispatcher, not allgather",
+    )

@@ -128,6 +128,11 @@ def expert_comm_notes(
     (`dispatcher`) or without the expert all-to-all overlap the plan priced:
     its all-to-alls then run slower than the plan's step says."""
     t = view.training
+    if t.expert_dispatcher.value == "allgather":
+        notes.drop(
+            f"expert_dispatcher allgather: {trainer} dispatches tokens by all-to-all, not by "
+            "gathering the expert group's tokens; its communication differs from the plan's"
+        )
     if dispatcher and t.expert_dispatcher.deduplicates:
         notes.drop(
             f"expert_dispatcher {t.expert_dispatcher.value}: {trainer} has no deduplicating "

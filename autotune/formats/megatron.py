@@ -43,7 +43,7 @@ Python list pattern `([0]*d+[1]*n)` when dense blocks come first),
 `--moe-router-num-groups` / `--moe-router-group-topk` (node-limited
 routing), `--moe-expert-capacity-factor` with
 `--moe-pad-expert-input-to-capacity`, `--moe-grouped-gemm`,
-`--moe-token-dispatcher-type` (alltoall, or flex with
+`--moe-token-dispatcher-type` (alltoall or allgather, or flex with
 `--moe-flex-dispatcher-backend` deepep or hybridep for the plan's
 deduplicating dispatcher) and `--overlap-moe-expert-parallel-comm` (the
 plan's `overlap_expert_comm`; CUDA_DEVICE_MAX_CONNECTIONS 32 then, as the
@@ -322,7 +322,7 @@ def _moe_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         ]
         notes.assume(f"the flex dispatcher needs {dispatcher.value} (DeepEP) installed")
     else:
-        args.append(("--moe-token-dispatcher-type", "alltoall"))
+        args.append(("--moe-token-dispatcher-type", dispatcher.value))
     if moe.capacity_factor is not None:
         args += [
             ("--moe-expert-capacity-factor", moe.capacity_factor),

@@ -67,6 +67,7 @@ from cost_models import ComputeModel
 from cost_models.fp8 import fp8_saved_input_bytes_per_element
 from cost_models.moe import (
     FLEX_DISPATCH_NUM_SMS,
+    allgather_dispatch_tokens,
     deduplicated_share,
     default_imbalance,
     dispatch_bytes_per_chip,
@@ -191,13 +192,36 @@ def _scale_out_nodes(axis: AxisLayout, chips_per_node: int | None) -> int:
     return max(1, axis.size * axis.stride // chips_per_node)
 
 
+def allgather_dispatch_s(
+    hw: HardwareView,
+    expert_axis: AxisLayout,
+    tensor_axis: AxisLayout | None,
+    gathered_bytes: float,
+    etp: int,
+) -> float:
+    """Seconds of the allgather dispatcher's collectives per pass on one
+    chip: the all-gather of `gathered_bytes` (every token of the `ep x etp`
+    expert group) and the reduce-scatter of the outputs, each over the
+    expert-tensor axis first (its `1 / ep` share) and then the expert axis
+    (a ring over the product group moves what the two nested rings do)."""
+    seconds = 0.0
+    for op in ("all_gather", "reduce_scatter"):
+        seconds += float(hw.hierarchical_ring_s(expert_axis, op, gathered_bytes))
+        if etp > 1:
+            assert tensor_axis is not None
+            seconds += float(
+                hw.hierarchical_ring_s(tensor_axis, op, gathered_bytes / expert_axis.size)
+            )
+    return seconds
+
+
 def dispatch_sm_share(training: TrainingInput, hw: HardwareView) -> float:
     """The share of the chip's cores the flex dispatcher's kernels (DeepEP,
     HybridEP) hold while they run: FLEX_DISPATCH_NUM_SMS over the chip's
     num_cores; 0 for NCCL's all-to-all (its channel count is not stated)
     or a chip without a core count."""
     chip = hw.cluster.chip
-    flex = training.expert_dispatcher is not ExpertDispatcher.ALLTOALL
+    flex = training.expert_dispatcher.deduplicates
     if not flex or chip is None or not chip.num_cores:
         return 0.0
     return min(FLEX_DISPATCH_NUM_SMS / chip.num_cores, 1.0)
@@ -248,17 +272,25 @@ def expert_figures(
         gemm_f, gemm_b = bound_f, bound_b
     router_f = float(hw.gemm.gemm_s(tokens, experts, h))
     router_b = float(hw.gemm.gemm_s(tokens, h, experts) + hw.gemm.gemm_s(h, experts, tokens))
-    shuffle = float(permutation_bytes(tokens, k, h, e) + router_bytes(tokens, experts)) / rate
+    allgather = training.expert_dispatcher is ExpertDispatcher.ALLGATHER
+    gathered = float(allgather_dispatch_tokens(tokens, ep, etp)) if allgather else tokens
+    shuffle = float(permutation_bytes(tokens, k, h, e, gathered) + router_bytes(tokens, experts))
+    shuffle /= rate
 
     a2a, sent, share = 0.0, 0.0, 1.0
-    if ep > 1:
+    if allgather and ep * etp > 1:
+        # every token of the expert group gathered on every chip (with its
+        # fp32 probabilities and routing map), the outputs reduce-scattered
+        sent = gathered * (h * e + 5.0 * experts)
+        a2a = allgather_dispatch_s(hw, expert_axis, tensor_axis, sent, etp)
+    elif ep > 1:
         nodes = _scale_out_nodes(expert_axis, hw.cluster.chips_per_node)
         if training.expert_dispatcher.deduplicates:
             share = deduplicated_share(k, experts, nodes, moe.node_limit)
         sent = float(dispatch_bytes_per_chip(tokens, k, h, e)) * imbalance
         a2a = float(hw.hierarchical_all_to_all_s(expert_axis, sent, scale_out_share=share))
     gathers = 0.0
-    if etp > 1:
+    if etp > 1 and not allgather:
         # the arriving copies all-gathered over the expert-tensor group, the
         # outputs reduce-scattered back (and the reverse for the gradients)
         gathered = float(expert_tensor_gather_bytes(imbalance * tokens * k, h, e, etp))
@@ -267,7 +299,9 @@ def expert_figures(
             hw.hierarchical_ring_s(tensor_axis, "all_gather", gathered)
             + hw.hierarchical_ring_s(tensor_axis, "reduce_scatter", gathered)
         )
-    comm = 2.0 * a2a + gathers  # per pass
+    # per pass: the dispatch and the combine all-to-all (the allgather
+    # dispatcher's a2a holds its all-gather and reduce-scatter already)
+    comm = (a2a if allgather else 2.0 * a2a) + gathers
     forward = router_f + shuffle + gemm_f + comm
     backward = router_b + shuffle + gemm_b + comm
 
@@ -278,6 +312,10 @@ def expert_figures(
     kept += 4.0 * tokens * experts  # the router's probabilities (fp32)
     activations = (kept, kept, 0.0)
     buffer = 2.0 * imbalance * copies * h * e  # tokens received and their permuted copy
+    if allgather:
+        # the gathered tokens (Megatron's global buffer) and the un-permuted
+        # outputs before their reduce-scatter, both every gathered token
+        buffer = 2.0 * gathered * h * e
 
     out = ExpertFigures(
         forward_s=forward,

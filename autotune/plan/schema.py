@@ -242,10 +242,11 @@ class ConfigurationDoc(_Doc):
         description="Chips each routed expert's weights are split over (expert tensor "
         "parallelism; 1: each expert whole on its chip).",
     )
-    expert_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
+    expert_dispatcher: Literal["alltoall", "deepep", "hybridep", "allgather"] = Field(
         default="alltoall",
         description="The token dispatcher priced: alltoall (every copy sent), deepep or "
-        "hybridep (a token sent once to each other node holding one of its experts).",
+        "hybridep (a token sent once to each other node holding one of its experts), "
+        "allgather (every token of the expert group gathered on every rank).",
     )
     overlap_expert_comm: bool = Field(
         default=False,

@@ -28,6 +28,7 @@ from autotune.specs.training import (
     FP8_DTYPE_FIX,
     FP8_DTYPE_REASON,
     DType,
+    ExpertDispatcher,
     FcAlgorithm,
     Recompute,
     StepSettings,
@@ -479,7 +480,8 @@ def overlap_expert_comm_rule(model: ModelSpec, training: TrainingInput) -> tuple
     (reason, fix), or None: Megatron-Core's overlap hides expert all-to-alls,
     so it needs a mixture of experts, and it runs only in bf16 or fp16
     (megatron/core/transformer/transformer_config.py at d98e8a64: "only
-    supported with bf16 or fp16 model"; a pinned full recomputation, a
+    supported with bf16 or fp16 model", and with the alltoall or flex
+    token dispatcher only; a pinned full recomputation, a
     pinned expert parallelism of 1 and uninterleaved pipeline stages are
     refused by the search with its other rules)."""
     if not training.overlap_expert_comm:
@@ -493,6 +495,12 @@ def overlap_expert_comm_rule(model: ModelSpec, training: TrainingInput) -> tuple
         return (
             f"true runs only in bf16 or fp16, not dtype {training.dtype.value}",
             "set dtype: bf16 (or overlap_expert_comm: false)",
+        )
+    if training.expert_dispatcher is ExpertDispatcher.ALLGATHER:
+        # transformer_config.py lines 3016-3019 at d98e8a64
+        return (
+            "true runs only with the alltoall or flex token dispatcher, not allgather",
+            "set expert_dispatcher: alltoall (or overlap_expert_comm: false)",
         )
     return None
 

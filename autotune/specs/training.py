@@ -77,16 +77,20 @@ class ExpertDispatcher(str, Enum):
     `--moe-flex-dispatcher-backend`): alltoall sends each of a token's `k`
     copies; deepep and hybridep (the flex dispatcher's backends) send a
     token once to each other node holding one of its experts and fan it out
-    inside the node (cost_models.moe.deduplicated_share)."""
+    inside the node (cost_models.moe.deduplicated_share); allgather
+    (Megatron-LM's default) gathers every token of the expert group on
+    every rank and reduce-scatters the outputs back."""
 
     ALLTOALL = "alltoall"
     DEEPEP = "deepep"
     HYBRIDEP = "hybridep"
+    ALLGATHER = "allgather"
 
     @property
     def deduplicates(self) -> bool:
-        """Whether a token crosses to another node once, not once per copy."""
-        return self is not ExpertDispatcher.ALLTOALL
+        """Whether a token crosses to another node once, not once per copy
+        (the flex dispatcher's backends)."""
+        return self in (ExpertDispatcher.DEEPEP, ExpertDispatcher.HYBRIDEP)
 
 
 class FcAlgorithm(str, Enum):
@@ -152,8 +156,9 @@ class StepSettings(Spec):
         strict=False,
         description="A mixture of experts' token dispatcher: alltoall (each of a token's "
         "copies sent), deepep or hybridep (a token sent once to each other node holding one "
-        "of its experts; Megatron-LM's flex dispatcher). Node-limited routing saves "
-        "inter-node bytes only with deepep or hybridep.",
+        "of its experts; Megatron-LM's flex dispatcher) or allgather (every token of the "
+        "expert group gathered on every rank, the outputs reduce-scattered; Megatron-LM's "
+        "default). Node-limited routing saves inter-node bytes only with deepep or hybridep.",
     )
     overlap_expert_comm: bool = Field(
         default=False,
