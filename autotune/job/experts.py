@@ -102,8 +102,9 @@ class ExpertFigures:
     buffer_bytes: float
     imbalance: float
     rows_per_expert: float
-    #: bytes one chip sends in one dispatch all-to-all (the busiest rank's)
-    #: and the share of them that crosses nodes (node-limited routing)
+    #: bytes one chip sends in one dispatch all-to-all (the busiest rank's;
+    #: the allgather dispatcher: the bytes it gathers) and the share of
+    #: them that crosses nodes (node-limited routing)
     all_to_all_bytes: float = 0.0
     scale_out_share: float = 1.0
     #: the grouped GEMMs' (m, n, k) per expert (forward and backward)
@@ -273,15 +274,16 @@ def expert_figures(
     router_f = float(hw.gemm.gemm_s(tokens, experts, h))
     router_b = float(hw.gemm.gemm_s(tokens, h, experts) + hw.gemm.gemm_s(h, experts, tokens))
     allgather = training.expert_dispatcher is ExpertDispatcher.ALLGATHER
-    gathered = float(allgather_dispatch_tokens(tokens, ep, etp)) if allgather else tokens
-    shuffle = float(permutation_bytes(tokens, k, h, e, gathered) + router_bytes(tokens, experts))
-    shuffle /= rate
+    # the allgather dispatcher's chip holds every token of its expert group
+    group_tokens = float(allgather_dispatch_tokens(tokens, ep, etp)) if allgather else tokens
+    shuffle = permutation_bytes(tokens, k, h, e, group_tokens) + router_bytes(tokens, experts)
+    shuffle = float(shuffle) / rate
 
     a2a, sent, share = 0.0, 0.0, 1.0
     if allgather and ep * etp > 1:
         # every token of the expert group gathered on every chip (with its
         # fp32 probabilities and routing map), the outputs reduce-scattered
-        sent = gathered * (h * e + 5.0 * experts)
+        sent = group_tokens * (h * e + 5.0 * experts)
         a2a = allgather_dispatch_s(hw, expert_axis, tensor_axis, sent, etp)
     elif ep > 1:
         nodes = _scale_out_nodes(expert_axis, hw.cluster.chips_per_node)
@@ -315,7 +317,7 @@ def expert_figures(
     if allgather:
         # the gathered tokens (Megatron's global buffer) and the un-permuted
         # outputs before their reduce-scatter, both every gathered token
-        buffer = 2.0 * gathered * h * e
+        buffer = 2.0 * group_tokens * h * e
 
     out = ExpertFigures(
         forward_s=forward,
