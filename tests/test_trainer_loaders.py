@@ -335,7 +335,9 @@ def _check_experts(loaded: dict, doc: dict) -> None:
     assert got == expected
 
 
-@pytest.mark.parametrize(("dispatcher", "overlap"), [("hybridep", True), ("alltoall", False)])
+@pytest.mark.parametrize(
+    ("dispatcher", "overlap"), [("hybridep", True), ("alltoall", False), ("allgather", False)]
+)
 def test_megatron_loads_the_expert_dispatcher_and_overlap(
     dispatcher: str, overlap: bool, tmp_path: Path
 ) -> None:
@@ -359,11 +361,43 @@ def test_megatron_loads_the_expert_dispatcher_and_overlap(
     assert result.exit_code == 0, result.output
     assert _export(doc_path, "megatron", tmp_path)[0] == 0
     loaded = _megatron_loaded(json.loads(doc_path.read_text()), tmp_path)
-    flex = dispatcher != "alltoall"
-    assert loaded["moe_token_dispatcher_type"] == ("flex" if flex else "alltoall")
+    flex = dispatcher in ("deepep", "hybridep")
+    assert loaded["moe_token_dispatcher_type"] == ("flex" if flex else dispatcher)
     if flex:
         assert loaded["moe_flex_dispatcher_backend"] == dispatcher
     assert loaded["overlap_moe_expert_parallel_comm"] is overlap
+
+
+def test_megatron_loads_windows_and_the_mla_recompute(tmp_path: Path) -> None:
+    """A sliding-window MLA model planned with selective recomputation:
+    --window-size, --window-attn-skip-freq and --recompute-modules
+    mla_up_proj through parse_args, validate_args and TransformerConfig."""
+    from planning import pinned, write_plan
+    from test_moe import MINI_MOE
+
+    model = {
+        **MINI_MOE,
+        "name": "mini-mla-window",
+        "num_kv_heads": None,
+        "head_dim": 96,
+        "mla": {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+                "qk_rope_head_dim": 32, "v_head_dim": 64},
+        "sliding_window": 128,
+        "full_attention_every": 2,
+    }  # fmt: skip
+    training = pinned({"global_batch_sequences": 16, "sequence_length": 1024,
+                       "tensor_parallel": 2, "data_parallel": 4, "expert_parallel": 4,
+                       "recompute": "selective", "fc_algorithm": "megatron-1d"})  # fmt: skip
+    path = write_plan(tmp_path, model, training, "h100-hgx")
+    doc_path = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", str(path), "--out", str(doc_path)])
+    assert result.exit_code == 0, result.output
+    assert _export(doc_path, "megatron", tmp_path)[0] == 0
+    loaded = _megatron_loaded(json.loads(doc_path.read_text()), tmp_path)
+    assert loaded["recompute_granularity"] == "selective"
+    assert loaded["recompute_modules"] == ["mla_up_proj"]
+    assert loaded["window_size"] == [127, 0]
+    assert loaded["window_attn_skip_freq"] == 2
 
 
 @pytest.mark.parametrize("case", ["gpu-p2p", "gpu-all_gather", "gpu-a2a", "gpu-p2p-across-nodes"])

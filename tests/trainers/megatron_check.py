@@ -153,6 +153,9 @@ def _loaded(script: str, world_size: int) -> dict[str, object]:
         "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
         "moe_flex_dispatcher_backend": config.moe_flex_dispatcher_backend,
         "overlap_moe_expert_parallel_comm": bool(config.overlap_moe_expert_parallel_comm),
+        "recompute_modules": config.recompute_modules,
+        "window_size": list(config.window_size) if config.window_size else None,
+        "window_attn_skip_freq": config.window_attn_skip_freq,
     }
 
 
