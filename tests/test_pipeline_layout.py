@@ -145,3 +145,11 @@ def test_a_layout_may_give_the_ends_chunks_of_their_own(tmp_path: Path) -> None:
                 "pipeline_parallel": 4, "data_parallel": 2}  # fmt: skip
     plan = plan_for(tmp_path, model, training, "h100-hgx")
     assert plan.stages.layers.tolist() == [[0.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "layout", ["E(tt|)*3000000000L", "Et*99999999999999|L", "E((t|)*999)*9999L"]
+)
+def test_a_huge_repetition_is_refused_before_it_is_built(layout: str) -> None:
+    with pytest.raises(LayoutError, match="unrolls to more than 1,000,000 characters"):
+        expand_layout(layout)

@@ -36,9 +36,17 @@ def expand_layout(layout: str) -> list[str]:
     model order, repetitions unrolled. Raises LayoutError (the reason) on a
     character outside the grammar or an unclosed repetition."""
     text = layout.replace(",", "").replace(" ", "")
+
+    def unroll(found: re.Match[str]) -> str:
+        # checked before the string is built: `(tt|)*3000000000` must not
+        # allocate gigabytes
+        if len(found.group(1)) * int(found.group(2)) > _MAX_EXPANDED:
+            raise LayoutError(f"it unrolls to more than {_MAX_EXPANDED:,} characters")
+        return found.group(1) * int(found.group(2))
+
     for pattern in (_GROUP, _ONE):
         while True:
-            text, count = pattern.subn(lambda g: g.group(1) * int(g.group(2)), text)
+            text, count = pattern.subn(unroll, text)
             if len(text) > _MAX_EXPANDED:
                 raise LayoutError(f"it unrolls to more than {_MAX_EXPANDED:,} characters")
             if count == 0:
