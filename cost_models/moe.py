@@ -16,7 +16,11 @@ activations: `b s / (cp t)`). A token goes to `k` experts; the router's
 dispatch all-to-all sends each copy to the rank holding its expert and the
 combine all-to-all brings it back. With `etp > 1` the arriving tokens are
 all-gathered over the expert-tensor group (and the outputs
-reduce-scattered).
+reduce-scattered). The allgather dispatcher instead gathers every token
+of the `ep x etp` group on every chip and reduce-scatters the outputs
+(allgather_dispatch_tokens). With Megatron-Core's EP overlap, a merged
+forward and backward pair each all-to-all with one module of the other
+micro-batch (merged_layer_pair_s).
 """
 
 from __future__ import annotations
