@@ -1050,6 +1050,11 @@ def test_megatron_export_names_the_mla_up_projection_recompute(tmp_path: Path) -
             assert modules in text
         else:
             assert "--recompute-modules" not in text
+            # without MLA a selective plan under flash priced nothing Megatron's
+            # core_attn recomputation does: said, not hidden
+            assert "core_attn recomputation re-runs the attention's forward kernel" in " ".join(
+                result.output.split()
+            )
 
 
 @pytest.mark.parametrize(

@@ -241,6 +241,14 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
             f"stage alike; the arguments use {chosen}"
         )
     args += _recompute_args(chosen, view)
+    flash = view.training.attention is AttentionKernel.FLASH
+    if chosen == "selective" and flash and view.model.mla is None:
+        notes.drop(
+            "recompute selective with a fused attention kernel: Megatron-LM's core_attn "
+            "recomputation re-runs the attention's forward kernel, which the plan did not "
+            "price (it frees only the kernel's log-sum-exp); without the flag the run is as "
+            "fast as planned and holds that much more"
+        )
     if view.zero_stage >= 1:
         args.append(("--use-distributed-optimizer", None))
     if view.zero_stage >= 2:
