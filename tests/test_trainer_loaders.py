@@ -702,3 +702,25 @@ def test_maxtext_uneven_split_is_a_note_and_still_loads(tmp_path: Path) -> None:
     loaded, not_expressed = _maxtext(_variant(tmp_path, ninety), tmp_path / "out")
     assert loaded["pipeline_parallel_layers"] == 80 and loaded["num_layers"] == 90
     assert any(line.startswith("layers 90 over 8 stages x 2 chunk(s)") for line in not_expressed)
+
+
+def test_torchtitan_builds_a_layout_whose_ends_have_chunks_of_their_own(tmp_path: Path):
+    """A pinned layout E|t|t|t|t|t|t|L (6 blocks on 4 stages x 2 chunks, the
+    embedding and the loss alone in theirs) builds as planned: 0 blocks in
+    the first and last virtual stages."""
+
+    def ends_alone(doc: dict) -> None:
+        c = doc["configuration"]
+        c.update(pipeline_parallel=4, interleave=2, data_parallel=32, num_chips=256)
+        c.update(micro_batches=4, global_batch_sequences=32 * c["micro_batch_size"] * 4)
+        doc["pipeline"]["num_micro_batches"] = 4
+        doc["provenance"]["model"]["num_layers"] = 6
+        doc["pipeline"]["schedule"] = "interleaved"
+        chunks = [[0, 1], [1, 1], [1, 1], [1, 0]]
+        doc["pipeline"]["stages"] = [
+            {"stage": s, "layers": sum(n), "layers_per_chunk": n, "recompute": {"full": sum(n)}}
+            for s, n in enumerate(chunks)
+        ]
+
+    loaded, _ = _torchtitan(_variant(tmp_path, ends_alone), tmp_path / "out")
+    assert loaded["virtual_stage_layers"] == [0, 1, 1, 1, 1, 1, 1, 0]
