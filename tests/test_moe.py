@@ -419,6 +419,22 @@ MINI_MOE = {
 }
 
 
+#: MINI_MOE with multi-head latent attention (d_qk 96 = 64 + 32, d_v 64)
+MINI_MLA = {
+    **MINI_MOE,
+    "name": "mini-mla",
+    "num_kv_heads": None,
+    "head_dim": 96,
+    "mla": {
+        "q_lora_rank": 256,
+        "kv_lora_rank": 128,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+    },
+}
+
+
 #: 8 GPUs as TP 2 x DP 4 with the experts over 4 of them
 TP2_EP4 = {
     "global_batch_sequences": 16,
@@ -1021,19 +1037,7 @@ def test_megatron_export_names_the_mla_up_projection_recompute(tmp_path: Path) -
 
     from autotune.cli import main
 
-    mla = {
-        **MINI_MOE,
-        "name": "mini-mla",
-        "num_kv_heads": None,
-        "head_dim": 96,
-        "mla": {
-            "q_lora_rank": 256,
-            "kv_lora_rank": 128,
-            "qk_nope_head_dim": 64,
-            "qk_rope_head_dim": 32,
-            "v_head_dim": 64,
-        },
-    }
+    mla = MINI_MLA
     training = pinned({**TP2_EP4, "recompute": "selective"})
     runner = CliRunner()
     for model, modules in ((mla, "--recompute-modules mla_up_proj"), (MINI_MOE, None)):

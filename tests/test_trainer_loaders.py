@@ -287,6 +287,16 @@ def _megatron_loaded(doc: dict, tmp_path: Path) -> dict:
     return loaded
 
 
+def _megatron_planned(tmp_path: Path, plan_file: Path) -> dict:
+    """Plan `plan_file`, export it to Megatron-LM and load the arguments
+    (_megatron_loaded)."""
+    doc_path = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", str(plan_file), "--out", str(doc_path)])
+    assert result.exit_code == 0, result.output
+    assert _export(doc_path, "megatron", tmp_path)[0] == 0
+    return _megatron_loaded(json.loads(doc_path.read_text()), tmp_path)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_megatron_loads_every_example(plans: dict[str, Path], case: str, tmp_path: Path):
     doc = json.loads(plans[case].read_text())
@@ -355,12 +365,7 @@ def test_megatron_loads_the_expert_dispatcher_and_overlap(
         expert_dispatcher=dispatcher,
         overlap_expert_comm=overlap,
     )
-    path = write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n")
-    doc_path = tmp_path / "plan.json"
-    result = CliRunner().invoke(main, ["plan", str(path), "--out", str(doc_path)])
-    assert result.exit_code == 0, result.output
-    assert _export(doc_path, "megatron", tmp_path)[0] == 0
-    loaded = _megatron_loaded(json.loads(doc_path.read_text()), tmp_path)
+    loaded = _megatron_planned(tmp_path, write_plan(tmp_path, MINI_MOE, training, "h100-hgx-2n"))
     flex = dispatcher in ("deepep", "hybridep")
     assert loaded["moe_token_dispatcher_type"] == ("flex" if flex else dispatcher)
     if flex:
@@ -373,27 +378,11 @@ def test_megatron_loads_windows_and_the_mla_recompute(tmp_path: Path) -> None:
     --window-size, --window-attn-skip-freq and --recompute-modules
     mla_up_proj through parse_args, validate_args and TransformerConfig."""
     from planning import pinned, write_plan
-    from test_moe import MINI_MOE
+    from test_moe import MINI_MLA, TP2_EP4
 
-    model = {
-        **MINI_MOE,
-        "name": "mini-mla-window",
-        "num_kv_heads": None,
-        "head_dim": 96,
-        "mla": {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
-                "qk_rope_head_dim": 32, "v_head_dim": 64},
-        "sliding_window": 128,
-        "full_attention_every": 2,
-    }  # fmt: skip
-    training = pinned({"global_batch_sequences": 16, "sequence_length": 1024,
-                       "tensor_parallel": 2, "data_parallel": 4, "expert_parallel": 4,
-                       "recompute": "selective", "fc_algorithm": "megatron-1d"})  # fmt: skip
-    path = write_plan(tmp_path, model, training, "h100-hgx")
-    doc_path = tmp_path / "plan.json"
-    result = CliRunner().invoke(main, ["plan", str(path), "--out", str(doc_path)])
-    assert result.exit_code == 0, result.output
-    assert _export(doc_path, "megatron", tmp_path)[0] == 0
-    loaded = _megatron_loaded(json.loads(doc_path.read_text()), tmp_path)
+    model = {**MINI_MLA, "sliding_window": 128, "full_attention_every": 2}
+    training = pinned({**TP2_EP4, "recompute": "selective", "fc_algorithm": "megatron-1d"})
+    loaded = _megatron_planned(tmp_path, write_plan(tmp_path, model, training, "h100-hgx"))
     assert loaded["recompute_granularity"] == "selective"
     assert loaded["recompute_modules"] == ["mla_up_proj"]
     assert loaded["window_size"] == [127, 0]
