@@ -18,8 +18,8 @@ and for GPT-2's FFN width `GPT2Block`: `n_inner` or `4 * n_embd`).
   positions); a trainer export says so (Megatron-LM's default is learned).
 
 Mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 / V3
-(with multi-head latent attention and, for V3, multi-token prediction) and
-gpt-oss map onto `ModelSpec.moe` (and `mla`, `mtp_layers`) from the same
+(with multi-head latent attention and, for V3, multi-token prediction),
+Kimi-K2 and gpt-oss map onto `ModelSpec.moe` (and `mla`, `mtp_layers`) from the same
 classes' keys: routed experts (`num_local_experts`, `num_experts` or
 `n_routed_experts`), top-k (`num_experts_per_tok`), expert width
 (`moe_intermediate_size`, Mixtral's and gpt-oss's `intermediate_size`),
@@ -28,6 +28,10 @@ Qwen2-MoE `shared_expert_intermediate_size`), dense blocks first
 (DeepSeek `first_k_dense_replace`, Qwen `mlp_only_layers` when they are the
 leading blocks), MoE every n-th block (`decoder_sparse_step`), the router's
 scores (`scoring_func`) and node-limited routing (`topk_group`).
+Kimi-K2's `model_type: kimi_k2` is DeepSeek-V3's architecture under another
+name ("Kimi-K2 reuses the DeepSeekV3CausalLM architecture ... we set
+model_type kimi_k2 in config.json", MoonshotAI/Kimi-K2
+docs/deploy_guidance.md, "Others"), read with DeepSeek-V3's keys.
 
 Sliding-window attention (`sliding_window`, and which blocks use it from
 `layer_types` or the family's default: Mistral every block, Gemma 2 and
@@ -139,6 +143,7 @@ FAMILIES.update(
         "gpt_oss": _Family(**_LLAMA_KEYS, tied_default=False),
         "deepseek_v2": _Family(**{**_LLAMA_KEYS, "head_dim": None}, tied_default=False),
         "deepseek_v3": _Family(**{**_LLAMA_KEYS, "head_dim": None}, tied_default=False),
+        "kimi_k2": _Family(**{**_LLAMA_KEYS, "head_dim": None}, tied_default=False),
     }
 )
 ARCHITECTURES.update(
@@ -151,8 +156,10 @@ ARCHITECTURES.update(
         "DeepseekV3ForCausalLM": "deepseek_v3",
     }
 )
-_MOE_READ = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3")
-_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+# Kimi-K2: DeepSeek-V3's architecture and keys (module docstring)
+_DEEPSEEK_V3 = ("deepseek_v3", "kimi_k2")
+_DEEPSEEK = ("deepseek_v2", *_DEEPSEEK_V3)
+_MOE_READ = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", *_DEEPSEEK)
 # mixture-of-experts families whose layouts are not mapped
 _MOE_TYPES = (
     "dbrx",
@@ -229,22 +236,28 @@ def _refuse_unpriceable(data: dict[str, Any], model_type: str, path: str) -> Non
 
 
 def _dimension(
-    data: dict[str, Any], key: str, path: str, optional: bool = False, high: int = MAX_DIM
+    data: dict[str, Any],
+    key: str,
+    path: str,
+    optional: bool = False,
+    high: int = MAX_DIM,
+    low: int = 1,
 ) -> int | None:
-    """`data[key]` as a whole number from 1 to `high` (the model spec's
-    plausible range of that dimension), named by its config.json key."""
+    """`data[key]` as a whole number from `low` to `high` (the model spec's
+    plausible range of that dimension; `low` 0 for counts a model may not
+    have, such as shared experts), named by its config.json key."""
     if key not in data or data[key] is None:
         if optional:
             return None
         _fail(path, key, "is required", fix=f'add `"{key}": <positive integer>`')
     value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         _fail(
             path,
             key,
-            f"must be a whole number from 1 to {high}",
+            f"must be a whole number from {low} to {high}",
             value,
-            f"give `{key}` as a whole number from 1 to {high}",
+            f"give `{key}` as a whole number from {low} to {high}",
         )
     return value
 
@@ -295,8 +308,10 @@ def spec_fields(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
         assert moe is not None
         ffn = moe["expert_ffn_size"]
     mtp = 0
-    if model_type == "deepseek_v3":
-        mtp = _dimension(data, "num_nextn_predict_layers", file, optional=True, high=MAX_LAYERS)
+    if model_type in _DEEPSEEK_V3:
+        mtp = _dimension(
+            data, "num_nextn_predict_layers", file, optional=True, high=MAX_LAYERS, low=0
+        )
         mtp = mtp or 0
     window = _window_fields(data, model_type, layers, file)
     tied = data.get("tie_word_embeddings", fam.tied_default)
@@ -417,7 +432,7 @@ def _moe_fields(data: dict[str, Any], model_type: str, layers: int, path: str) -
         "expert_ffn_size": _dimension(data, width_key, path),
     }
     if model_type in _DEEPSEEK:
-        shared = _dimension(data, "n_shared_experts", path, optional=True) or 0
+        shared = _dimension(data, "n_shared_experts", path, optional=True, low=0) or 0
         out["shared_expert_ffn_size"] = shared * out["expert_ffn_size"]
         if data.get("first_k_dense_replace") not in (None, 0):
             out["first_dense_layers"] = _dimension(
@@ -444,7 +459,7 @@ def _moe_fields(data: dict[str, Any], model_type: str, layers: int, path: str) -
             out["expert_groups"] = groups
     if model_type == "qwen2_moe":
         out["shared_expert_ffn_size"] = (
-            _dimension(data, "shared_expert_intermediate_size", path, optional=True) or 0
+            _dimension(data, "shared_expert_intermediate_size", path, optional=True, low=0) or 0
         )
     if model_type in ("qwen2_moe", "qwen3_moe"):
         step = _dimension(data, "decoder_sparse_step", path, optional=True, high=MAX_LAYERS)

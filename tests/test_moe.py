@@ -66,6 +66,39 @@ def test_moe_config_round_trip(tmp_path: Path, name: str) -> None:
     assert abs(active - active_card) / active_card < 0.15, (name, active)
 
 
+def test_kimi_k2_config_reads_as_deepseek_v3(tmp_path: Path) -> None:
+    """Kimi-K2 ships DeepSeek-V3's architecture as `model_type: kimi_k2`
+    (MoonshotAI/Kimi-K2 docs/deploy_guidance.md): its hub config.json's
+    dimensions (moonshotai/Kimi-K2-Instruct) written by DeepseekV3Config
+    and renamed read as DeepSeek-V3, and count as `transformers` builds
+    them; the card's 1T total and 32B activated."""
+    import json
+
+    transformers, torch = _library()
+    config = transformers.DeepseekV3Config(
+        hidden_size=7168, intermediate_size=18432, num_attention_heads=64,
+        num_key_value_heads=64, num_hidden_layers=61, q_lora_rank=1536, kv_lora_rank=512,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=384,
+        n_shared_experts=1, num_experts_per_tok=8, moe_intermediate_size=2048,
+        first_k_dense_replace=1, n_group=1, topk_group=1, vocab_size=163840,
+    )  # fmt: skip
+    config.save_pretrained(tmp_path / "kimi-k2")
+    path = tmp_path / "kimi-k2" / "config.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "model_type": "kimi_k2", "num_nextn_predict_layers": 0}))
+    spec = load_model_spec(path)
+    assert spec.moe is not None and spec.mla is not None
+    assert (spec.moe.num_experts, spec.moe.experts_per_token) == (384, 8)
+    assert spec.moe.first_dense_layers == 1 and spec.moe.node_limit is None
+    assert spec.mtp_layers == 0
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    library = model.num_parameters()
+    assert abs(parameter_count(spec) - library) / library < 0.005
+    assert abs(parameter_count(spec) - 1.04e12) / 1.04e12 < 0.02
+    assert abs(parameter_count(spec, active=True) - 32e9) / 32e9 < 0.1
+
+
 def _v3() -> ModelSpec:
     return ModelSpec(
         name="deepseek-v3",
