@@ -26,7 +26,7 @@ from autotune.specs.job import (
     overlap_expert_comm_rule,
 )
 from autotune.specs.model import ModelSpec
-from autotune.specs.pipeline_layout import LayoutError, layout_blocks
+from autotune.specs.pipeline_layout import LayoutError, layout_blocks, mtp_stage
 from autotune.specs.plan_input import DataflowPolicy, SearchSpec
 from autotune.specs.training import ContextComm
 
@@ -568,18 +568,19 @@ def _pin_layout(model: ModelSpec, training: TrainingInput, file: str) -> Trainin
     blocks, its MTP blocks) and pin the interleave it implies."""
     layout = training.pipeline_layout
     assert layout is not None
+    pp = training.pinned("pipeline_parallel")
     try:
         blocks = layout_blocks(layout, model.num_layers, model.mtp_layers)
+        mtp_stage(layout, pp)
     except LayoutError as why:
         raise InputError(
             str(why),
             file=file,
             field="training.pipeline_layout",
             value=layout,
-            fix=f"give {model.num_layers} t, {model.mtp_layers} m (in the last stage), "
-            "one E first and one L last",
+            fix=f"give {model.num_layers} t, {model.mtp_layers} m (together, in one of the last "
+            f"{pp} stages, after every t), one E first and one L last",
         ) from None
-    pp = training.pinned("pipeline_parallel")
     return training.model_copy(update={"interleave": len(blocks) // pp})
 
 

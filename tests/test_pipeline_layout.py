@@ -12,7 +12,7 @@ import pytest
 from clirun import assert_one_line_error, run_cli
 from planning import LLAMA, plan_for, write_plan
 
-from autotune.specs.pipeline_layout import LayoutError, expand_layout, layout_blocks
+from autotune.specs.pipeline_layout import LayoutError, expand_layout, layout_blocks, mtp_stage
 
 # 8 layers on 2 stages of 2 chunks: Megatron-LM's virtual stage i runs on
 # rank i mod 2, so stage 0 holds chunks 0 and 2, stage 1 chunks 1 and 3
@@ -71,12 +71,61 @@ def test_layout_checked_against_the_model(layout: str, reason: str) -> None:
         layout_blocks(layout, 8, 0)
 
 
-def test_mtp_blocks_must_sit_with_the_loss() -> None:
-    with pytest.raises(LayoutError, match=re.escape("MTP blocks (m) in the last stage")):
-        layout_blocks("Etttt|ttttm|L", 8, 1)
+def test_mtp_blocks_stand_where_megatron_allows() -> None:
+    """Megatron-LM (validate_layer_layout): every MTP block in one virtual
+    stage, after every transformer block, the last virtual stage of its
+    rank; with the loss or standalone before it."""
     with pytest.raises(LayoutError, match="must come before the MTP blocks"):
         layout_blocks("Ettt|tmttttL", 8, 1)
+    with pytest.raises(LayoutError, match=re.escape("every MTP block (m) must be in one stage")):
+        layout_blocks("Etttt|ttttm|mL", 8, 2)
     assert layout_blocks("Etttt|ttttmL", 8, 1) == [4, 4]
+    assert layout_blocks("Etttt|ttttm|L", 8, 1) == [4, 4, 0]
+    # the report's DeepSeek-V3 H100 layout: 32 virtual stages on 8 ranks,
+    # the MTP block alone on rank 6's last, the loss alone on rank 7's
+    assert layout_blocks("Et*3|(tt|)*29m|L", 61, 1) == [3] + [2] * 29 + [0, 0]
+    assert mtp_stage("Et*3|(tt|)*29m|L", 8) == 30
+    assert mtp_stage("Et|(tt|)*30mL", 8) == 31
+    assert mtp_stage("Et|(tt|)*30L", 8) is None
+    # stage 1 of 4 on 2 ranks is rank 1's first virtual stage, not its last
+    with pytest.raises(LayoutError, match="virtual stage 1, not in the last virtual stage"):
+        mtp_stage("Etttt|m|tttt|L", 2)
+
+
+#: LLAMA with one multi-token-prediction block, 2 ranks x 2 virtual stages
+MTP_MODEL = {**LLAMA, "name": "llama-mtp", "mtp_layers": 1}
+
+
+def test_a_standalone_mtp_block_runs_on_its_own_rank(tmp_path: Path) -> None:
+    """`...|ttm|L`: the MTP block and its projection run on rank 0 (chunk
+    2), the loss on rank 1; against `...|tt|mL` (the block with the loss)
+    the same work moves from rank 1 to rank 0, and the send from the MTP
+    stage to the loss's carries its hidden states too: one more
+    activation send each way per micro-batch."""
+    from autotune.specs.model import ModelSpec
+    from autotune.specs.model_params import block_params
+
+    training = {**TRAINING, "global_batch_sequences": 8}
+    standalone = plan_for(
+        tmp_path, MTP_MODEL, {**training, "pipeline_layout": "Ettt|ttt|ttm|L"}, "h100-hgx"
+    )
+    with_loss = plan_for(
+        tmp_path, MTP_MODEL, {**training, "pipeline_layout": "Ettt|ttt|tt|mL"}, "h100-hgx"
+    )
+    for plan in (standalone, with_loss):
+        # the model's blocks: rank 0 chunks 0 and 2, rank 1 chunks 1 and 3
+        assert plan.stages.layers.tolist() == [[3.0, 2.0], [3.0, 0.0]]
+    spec = ModelSpec(**MTP_MODEL)
+    # bf16 weights of one block (its FC layers and its two norms' 2h) and
+    # the 2h x h projection (tensor parallel 1)
+    moved = 2 * (block_params(spec, 0) + 2 * 4096 + 2 * 4096 * 4096)
+    a, b = standalone.stages.weights_bytes, with_loss.stages.weights_bytes
+    assert a[0] - b[0] == pytest.approx(moved) and b[1] - a[1] == pytest.approx(moved)
+    # compute conserved; one more send each way per micro-batch (m = 2)
+    m, v = 2, 2
+    send_s = with_loss.parts["pp_comm_s"] / (2 * m * v)
+    extra = standalone.stages.busy_s.sum() - with_loss.stages.busy_s.sum()
+    assert send_s > 0 and extra == pytest.approx(2 * m * send_s, rel=1e-9)
 
 
 def test_a_pinned_layout_is_priced_as_written_and_exported(tmp_path: Path) -> None:

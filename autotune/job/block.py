@@ -244,6 +244,12 @@ class EndFigures:
     tail_backward_s: float
     tail_params: float
     tail_transient_bytes: float
+    #: the part of the tail figures that is the multi-token-prediction
+    #: modules' `2h -> h` projections (they run with the MTP blocks, on
+    #: the loss's stage unless the layout puts the blocks standalone)
+    mtp_projection_forward_s: float = 0.0
+    mtp_projection_backward_s: float = 0.0
+    mtp_projection_params: float = 0.0
 
 
 def fc_lower_bounds(
@@ -630,6 +636,8 @@ def end_figures(
         tail_f += model.mtp_layers * (proj_f + tail_f)
         tail_b += model.mtp_layers * (proj_b + tail_b)
         tail_params += model.mtp_layers * 2 * h * h / tp
+    else:
+        proj_f = proj_b = 0.0
     return EndFigures(
         head_forward_s=head_f,
         head_backward_s=head_b,
@@ -638,4 +646,7 @@ def end_figures(
         tail_backward_s=tail_b,
         tail_params=tail_params,
         tail_transient_bytes=tail_transient,
+        mtp_projection_forward_s=model.mtp_layers * proj_f,
+        mtp_projection_backward_s=model.mtp_layers * proj_b,
+        mtp_projection_params=model.mtp_layers * 2 * h * h / tp,
     )

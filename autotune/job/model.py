@@ -68,7 +68,7 @@ from autotune.job.hardware import HardwareView
 from autotune.pipeline.schedule import peak_alive_vectors
 from autotune.pipeline.search import makespans_s, schedule_graph
 from autotune.specs.job import RECOMPUTE_MODES, TrainingInput
-from autotune.specs.pipeline_layout import layout_blocks
+from autotune.specs.pipeline_layout import layout_blocks, mtp_stage
 from autotune.specs.training import FcAlgorithm, Fp8Recipe
 from cost_models.data_parallel import OPTIMIZER_BYTES_PER_PARAM
 from cost_models.elementwise import adam_step_bytes_per_param
@@ -307,6 +307,9 @@ def gather_figures(c: Candidates, figs: KeyFigures) -> dict[str, np.ndarray]:
         "tail_b": col([e.tail_backward_s for e in ends]),
         "tail_p": col([e.tail_params for e in ends]),
         "tail_x": col([e.tail_transient_bytes for e in ends]),
+        "mtp_f": col([e.mtp_projection_forward_s for e in ends]),
+        "mtp_b": col([e.mtp_projection_backward_s for e in ends]),
+        "mtp_p": col([e.mtp_projection_params for e in ends]),
         **_gather_experts(c, figs),
     }
 
@@ -578,6 +581,15 @@ def split_layers(
     return blocks
 
 
+def mtp_chunk(training: TrainingInput, pp: int, v: int) -> int:
+    """The model chunk running the multi-token-prediction blocks: the
+    pinned layout's `m` stage (specs.pipeline_layout.mtp_stage; the loader
+    checked it), else the last chunk, with the loss."""
+    layout = training.pipeline_layout
+    at = mtp_stage(layout, pp) if layout is not None else None
+    return pp * v - 1 if at is None else at
+
+
 def _uniform_counts(layers: np.ndarray, modes: np.ndarray) -> np.ndarray:
     """(K, pp v, 3): the split `layers` with each candidate's one mode."""
     counts = np.zeros((len(modes), len(layers), 3))
@@ -615,10 +627,12 @@ def _price_group(
     fp8_copy_bytes = fp8_weight_copy_bytes_per_param(training.fp8.value) if fp8 else 0.0
     f_blk, b_blk = block_seconds(g)
     g = hide_expert_comm(training, g, f_blk, b_blk, pp, v, m_arr)
+    last = pp * v - 1
+    at = mtp_chunk(training, pp, v) if figs.mtp_layers else last
     if figs.mtp_layers:
         # multi-token-prediction modules: blocks after the last, not recomputed
         counts = counts.copy()
-        counts[:, -1, 0] += figs.mtp_layers
+        counts[:, at, 0] += figs.mtp_layers
     layers = counts.sum(axis=2)  # (K, num)
     # a mixture of experts: MoE and dense blocks per chunk, each mode's share
     flags = figs.moe_flags + (True,) * figs.mtp_layers if figs.moe_flags else ()
@@ -636,17 +650,29 @@ def _price_group(
     bwd[:, 0] += g["head_b"]
     fwd[:, -1] += g["tail_f"]
     bwd[:, -1] += g["tail_b"]
+    # standalone MTP blocks (a layout's `m` stage before the loss's): their
+    # projections run with them, and every send from there to the loss's
+    # stage carries their hidden states besides the main ones
+    # (specs.pipeline_layout); the send-recv of each chunk is charged to it
+    extra_p2p = np.zeros_like(fwd)
+    if at != last:
+        fwd[:, at] += g["mtp_f"]
+        bwd[:, at] += g["mtp_b"]
+        fwd[:, -1] -= g["mtp_f"]
+        bwd[:, -1] -= g["mtp_b"]
+        extra_p2p[:, at:last] = figs.mtp_layers * p2p[:, None]
     act = (counts * g["act"][:, None, :]).sum(axis=2)
     act += moe_n * (share * g["x_act"][:, None, :]).sum(axis=2)
     act += dense_n * (share * g["xd_act"][:, None, :]).sum(axis=2)
     m = m_arr.astype(float)
+    sends = p2p[:, None] + extra_p2p
     if pp == 1:
         makespan = m * (fwd[:, 0] + bwd[:, 0])
     elif not exact:
-        makespan = chain_bound_s(fwd + p2p[:, None], bwd + p2p[:, None], pp, m)
+        makespan = chain_bound_s(fwd + sends, bwd + sends, pp, m)
     else:
         graph = schedule_graph(pp, v, int(m_arr[0]), v > 1)
-        durations = np.concatenate([fwd + p2p[:, None], bwd + p2p[:, None]], axis=1)
+        durations = np.concatenate([fwd + sends, bwd + sends], axis=1)
         makespan = makespans_s(graph, durations)
 
     def per_stage(x: np.ndarray) -> np.ndarray:
@@ -659,7 +685,10 @@ def _price_group(
     stage_fwd = per_stage(fwd)  # one micro-batch's compute on the stage, no send-recv
     stage_bwd = per_stage(bwd)
     chunks_per_stage = float(v)
-    busy = m[:, None] * (stage_fwd + stage_bwd + (2 * chunks_per_stage * p2p)[:, None])
+    stage_extra_p2p = per_stage(extra_p2p)
+    busy = m[:, None] * (
+        stage_fwd + stage_bwd + (2 * chunks_per_stage * p2p)[:, None] + 2 * stage_extra_p2p
+    )
     stage_mode = per_stage(counts)  # (K, pp, 3)
 
     # memory: parameters and their state, activations alive, buffers; a
@@ -669,6 +698,9 @@ def _price_group(
     params = block_p.copy()
     params[:, 0] += g["head_p"]
     params[:, -1] += g["tail_p"]
+    if at != last:
+        params[:, at % pp] += g["mtp_p"]
+        params[:, -1] -= g["mtp_p"]
     expert_p = stage_moe * g["x_params"][:, None]
     d = c.replicas[members].astype(float)
     d_x = c.expert_replicas[members]
@@ -727,6 +759,10 @@ def _price_group(
     ends = np.where(stage == 0, g["head_f"] + g["head_b"], 0.0) + np.where(
         stage == pp - 1, g["tail_f"] + g["tail_b"], 0.0
     )
+    if at != last:
+        projections = g["mtp_f"] + g["mtp_b"]
+        ends += np.where(stage == at % pp, projections, 0.0)
+        ends -= np.where(stage == pp - 1, projections, 0.0)
     parts = {
         "fc_compute_s": m * n_st * (g["fc_f"] + g["fc_b"] - g["fc_x"]),
         "tp_comm_s": m * n_st * g["fc_x"],
@@ -738,7 +774,7 @@ def _price_group(
         "elementwise_s": m * n_st * (g["ew_f"] + g["ew_b"]),
         "recompute_s": m * ((mode_st * g["rec"]).sum(axis=1) + moe_rec_st),
         "ends_s": m * ends,
-        "pp_comm_s": m * 2 * chunks_per_stage * p2p,
+        "pp_comm_s": m * 2 * (chunks_per_stage * p2p + stage_extra_p2p[rows, stage]),
         "bubble_s": makespan - busy[rows, stage],
         "dp_comm_s": dp_exposed[rows, stage],
         "optimizer_s": opt_s[rows, stage],
@@ -757,8 +793,8 @@ def _price_group(
         # the model's blocks (multi-token-prediction modules run on the last
         # chunk besides them)
         model_layers, model_modes = layers.copy(), stage_mode.copy()
-        model_layers[:, -1] -= figs.mtp_layers
-        model_modes[:, -1, 0] -= figs.mtp_layers
+        model_layers[:, at] -= figs.mtp_layers
+        model_modes[:, at % pp, 0] -= figs.mtp_layers
         out["detail"] = [
             StageDetail(
                 layers=model_layers[k].reshape(v, pp).T.copy(),

@@ -10,9 +10,13 @@ character and `(...)*n` a group (which may hold `|`); commas are cosmetic.
 Virtual stage `i` runs on pipeline rank `i mod pp` as its chunk
 `i div pp`, the order meshtune's chunks use. The layout must start with
 `E`, end with `L`, hold each once, hold `num_layers` blocks, and put every
-`m` after the last `t`. meshtune prices multi-token-prediction blocks in
-the last virtual stage, so the layout must put them there too (Megatron-LM
-also allows them standalone on another rank's last stage).
+`m` after the last `t`, all in one virtual stage, the last one of its
+pipeline rank (`validate_layer_layout`: "the MTP should be always in the
+last virtual pipeline stage of that rank"; :func:`mtp_stage`). A stage
+other than the loss's runs the MTP blocks "standalone": their hidden
+states travel on with the main ones to the loss's stage, which runs the
+output layer and loss for each (`multi_token_prediction.py`
+`process_mtp_loss`).
 """
 
 from __future__ import annotations
@@ -75,8 +79,25 @@ def layout_blocks(layout: str, num_layers: int, mtp_layers: int) -> list[int]:
         raise LayoutError(f"it holds {blocks} transformer blocks (t); the model has {num_layers}")
     if flat.count("m") != mtp_layers:
         raise LayoutError(f"it holds {flat.count('m')} MTP blocks (m); the model has {mtp_layers}")
-    if mtp_layers and stages[-1].count("m") != mtp_layers:
-        raise LayoutError("meshtune prices the MTP blocks (m) in the last stage, with the loss")
+    if sum("m" in stage for stage in stages) > 1:
+        raise LayoutError("every MTP block (m) must be in one stage")
     if "m" in flat and "t" in flat[flat.index("m") :]:
         raise LayoutError("every transformer block (t) must come before the MTP blocks (m)")
     return [stage.count("t") for stage in stages]
+
+
+def mtp_stage(layout: str, pp: int) -> int | None:
+    """The virtual stage holding a valid layout's MTP blocks (None without
+    any). Raises LayoutError unless it is the last virtual stage of its
+    pipeline rank, one of the last `pp` (Megatron-LM's rule, module
+    docstring)."""
+    stages = expand_layout(layout)
+    holding = [i for i, stage in enumerate(stages) if "m" in stage]
+    if not holding:
+        return None
+    if holding[0] < len(stages) - pp:
+        raise LayoutError(
+            f"its MTP blocks (m) are in virtual stage {holding[0]}, not in the last virtual "
+            f"stage of a pipeline rank (one of the last {pp})"
+        )
+    return holding[0]
