@@ -1,5 +1,7 @@
 """The whole-step model against published mixture-of-experts pre-training
-runs on DGX H100 (fixtures/published_moe/README.md cites every row).
+runs on DGX H100 (fixtures/published_moe/README.md cites every row: eight
+from Megatron-Bridge's performance archive, two from the Megatron-Core MoE
+report, arXiv:2603.07685).
 Nothing was fitted to them: the clusters are the bundled `h100-hgx-<N>n`
 presets priced with the bundled `h100-measured` calibration (fitted from
 public H100 microbenchmarks, calibration_data/measured/README.md).
@@ -7,7 +9,8 @@ public H100 microbenchmarks, calibration_data/measured/README.md).
 Each run is planned with what its source states pinned (tensor, pipeline,
 context, data and expert parallelism, micro-batch, virtual stages,
 precision; the dispatcher, the expert all-to-all overlap and DeepSeek-V3's
-multi-token prediction from the Megatron-Bridge recipe of its release) and
+multi-token prediction from the Megatron-Bridge recipe of its release or
+from the report's appendix) and
 the rest (recomputation, ZeRO stage) left to the planner,
 with Megatron-LM's 1D tensor parallelism and its even layer split. The
 source force-balances the
@@ -36,21 +39,21 @@ CALIBRATION = "h100-measured"
 STEP_TARGET = 0.15
 # The record of the current figures, so a change that makes them worse
 # fails (docs/accuracy.md): the target is NOT met (median 24.7%, largest
-# 51.1%). The two Qwen3-235B rows (expert groups over 4 nodes, the runs'
-# dispatcher and all-to-all overlap priced) are within 6-12%
-# (SPANNING_RECORD); DeepSeek-V3's row, which fits now that MLA's
-# up-projections are recomputed and its layout pinned as its recipe does,
-# is 28% fast with Megatron-Core's merged-pair schedule and DeepEP's SMs
-# priced (DEEPSEEK_RECORD; 7.8% when it did not fit and was priced at
-# ZeRO-3's gathers); the fine-grained models' rows (Qwen3-30B-A3B,
+# 51.1%). The three Qwen3-235B rows (expert groups over 4 nodes, the runs'
+# dispatcher and all-to-all overlap priced) are within 6-16%
+# (SPANNING_RECORD); the two DeepSeek-V3 rows, which fit with MLA's
+# up-projections recomputed and their layouts pinned as their recipes do
+# (the report's with its MTP block standalone), are 28-30% fast with
+# Megatron-Core's merged-pair schedule and DeepEP's SMs priced
+# (DEEPSEEK_RECORD); the fine-grained models' rows (Qwen3-30B-A3B,
 # gpt-oss-120b) are 21-51% fast: the Qwen3-30B rows wait on the host for
 # their 8-16 local experts' kernels (30.8% median before), gpt-oss's BF16
 # experts do not, its windowed blocks are priced as windowed (28-49% fast
 # when they were priced as full attention), and what else they lack is
 # not known.
 STEP_RECORD = (0.25, 0.52)
-SPANNING_RECORD = 0.12
-DEEPSEEK_RECORD = 0.29
+SPANNING_RECORD = 0.16
+DEEPSEEK_RECORD = 0.30
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +76,11 @@ def _model(key: str, models: dict, mtp_layers: int = 0) -> dict:
     return spec
 
 
+#: each printed precision as the FP8 recipe it names (README.md)
+_FP8 = {"BF16": "none", "FP8": "current", "FP8-CS": "current", "FP8 (not printed)": "current",
+        "FP8-BLK": "blockwise"}  # fmt: skip
+
+
 def _training(row: dict) -> tuple[dict, float]:
     """The plan file's training section and the measured step seconds."""
     dp = row["gpus"] // (row["tp"] * row["pp"] * row["cp"])
@@ -81,7 +89,7 @@ def _training(row: dict) -> tuple[dict, float]:
         "global_batch_sequences": row["gbs"],
         "sequence_length": row["seq"],
         "dtype": "bf16",
-        "fp8": "none" if row["precision"] == "BF16" else "current",
+        "fp8": _FP8[row["precision"]],
         "tensor_parallel": row["tp"],
         "tensor_mesh": "1d",
         "fc_algorithm": "megatron-1d",
@@ -124,7 +132,7 @@ def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
         )  # fmt: skip
         err = plan.step_s / measured_s - 1.0
         errors.append(abs(err))
-        if row["ep"] >= 32 and row["model"] != "deepseek_v3":
+        if row["model"] == "qwen3_235b_a22b":
             spanning.append(abs(err))
         if row["model"] == "deepseek_v3":
             assert plan.fits, "the run fitted in 80 GB"
@@ -144,4 +152,4 @@ def test_dgx_h100_moe_rows(tmp_path: Path) -> None:
     )
     assert median <= STEP_RECORD[0]
     assert max(errors) <= STEP_RECORD[1]
-    assert len(spanning) == 2 and max(spanning) <= SPANNING_RECORD
+    assert len(spanning) == 3 and max(spanning) <= SPANNING_RECORD
