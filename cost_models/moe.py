@@ -209,7 +209,69 @@ def node_limited_share(top_k: int, node_limit: int | None, nodes: int) -> float:
     return node_limit / top_k
 
 
-def deduplicated_share(top_k: int, num_experts: int, nodes: int, node_limit: int | None) -> float:
+def _none_chosen(pool: int, held: int, top_k: int) -> float:
+    """`C(pool - held, k) / C(pool, k)`: the chance that `k` experts drawn
+    without replacement from `pool` miss the `held` ones, as a product."""
+    out = 1.0
+    for i in range(top_k):
+        out *= max(0.0, (pool - held - i) / (pool - i))
+    return out
+
+
+def destination_hit(
+    top_k: int,
+    num_experts: int,
+    destinations: int,
+    groups: int | None = None,
+    group_limit: int | None = None,
+) -> float:
+    """Chance that one of `D = destinations` equal parts of the experts
+    (nodes or ranks, `E / D` experts each) holds at least one of a token's
+    `k` experts, the experts chosen uniformly (as forced balance makes
+    them). Derivation:
+
+    - no group limit: `1 - C(E - E / D, k) / C(E, k)`;
+    - group-limited routing (DeepSeek-V3: `G` groups of `E / G` experts, a
+      token's `k` experts drawn from `M` chosen groups; the DeepSeek-V3
+      report, arXiv:2412.19437 section 2.1.2; Megatron-LM
+      `--moe-router-num-groups` and `--moe-router-group-topk`), the groups
+      chosen uniformly and the experts uniformly among their `M E / G`:
+      when each part holds `g = G / D` whole groups, `j` of them chosen
+      with the hypergeometric chance `C(g, j) C(G - g, M - j) / C(G, M)`,
+
+          sum_j P(j) (1 - C((M - j) E / G, k) / C(M E / G, k));
+
+      when each group spans `D / G` parts, a part's group is chosen with
+      chance `M / G`: `(M / G) (1 - C(M E / G - E / D, k) / C(M E / G, k))`.
+
+    Parts and groups that do not nest are priced without the limit (an
+    upper bound of the bytes). Dimensionless."""
+    d, e = destinations, num_experts
+    if d <= 1:
+        return 1.0
+    if groups is None or group_limit is None or group_limit >= groups:
+        return 1.0 - _none_chosen(e, e // d, top_k)
+    eligible = group_limit * e // groups
+    if groups % d == 0:
+        g = groups // d
+        total = math.comb(groups, group_limit)
+        hit = 0.0
+        for j in range(1, min(g, group_limit) + 1):
+            chance = math.comb(g, j) * math.comb(groups - g, group_limit - j) / total
+            hit += chance * (1.0 - _none_chosen(eligible, j * e // groups, top_k))
+        return hit
+    if d % groups == 0:
+        return group_limit / groups * (1.0 - _none_chosen(eligible, e // d, top_k))
+    return 1.0 - _none_chosen(e, e // d, top_k)
+
+
+def deduplicated_share(
+    top_k: int,
+    num_experts: int,
+    nodes: int,
+    node_limit: int | None,
+    groups: int | None = None,
+) -> float:
     """Share of the inter-node dispatch bytes a deduplicating dispatcher
     (DeepEP, HybridEP: "removes redundant tokens during cross-node
     communication", NVIDIA/Megatron-LM megatron/core/transformer/moe/
@@ -219,27 +281,28 @@ def deduplicated_share(top_k: int, num_experts: int, nodes: int, node_limit: int
     Derivation (experts chosen uniformly, as forced balance makes them): a
     plain all-to-all sends each of a token's `k` copies, `k (N - 1) / N` of
     them to other nodes on average. A deduplicating one sends the token
-    once to each other node holding at least one of its experts; a node
-    holds none of them with probability `q = C(E - E / N, k) / C(E, k)`, so
-    it sends `(N - 1)(1 - q)` and the share is
+    once to each other node holding at least one of its experts, `(N - 1)
+    p` with `p` the chance of destination_hit, so the share is
 
-        N (1 - q) / k
+        N p / k
 
-    (`N = 2`, `E = 128`, `k = 8`: q = 0.0031, share 0.249). With
-    node-limited routing (`M < N`, `M < k`) a token's experts lie on `M`
-    nodes, its own among them with probability `M / N`: it crosses the
-    network `M (N - 1) / N` times, share `M / k` (node_limited_share).
-    1 inside one node. Dimensionless."""
+    (`N = 2`, `E = 128`, `k = 8`, no limit: p = 1 - 0.0031, share 0.249).
+    With node-limited routing given as `G = groups` expert groups of which
+    a token may use `M = node_limit`, destination_hit counts it exactly;
+    given as a node limit alone (`M < N`, `M < k`), a token's experts lie
+    on `M` nodes, its own among them with probability `M / N`: it crosses
+    the network `M (N - 1) / N` times, share `M / k` (node_limited_share).
+    The same with `N` the expert-parallel ranks is the share of the bytes a
+    token-based dispatcher moves inside a node (once per rank). 1 inside
+    one node. Dimensionless."""
     if nodes <= 1:
         return 1.0
-    limited = node_limited_share(top_k, node_limit, nodes)
-    if limited < 1.0:
-        return limited
-    per_node = num_experts / nodes
-    none_there = 1.0
-    for i in range(top_k):  # C(E - E / N, k) / C(E, k) as a product
-        none_there *= max(0.0, (num_experts - per_node - i) / (num_experts - i))
-    return min(1.0, nodes * (1.0 - none_there) / top_k)
+    if groups is None:
+        limited = node_limited_share(top_k, node_limit, nodes)
+        if limited < 1.0:
+            return limited
+    hit = destination_hit(top_k, num_experts, nodes, groups, node_limit)
+    return min(1.0, nodes * hit / top_k)
 
 
 def expert_params_per_chip(
@@ -420,6 +483,7 @@ __all__ = [
     "busiest_excess",
     "capacity_tokens_per_expert",
     "dispatch_bytes_per_chip",
+    "destination_hit",
     "expected_normal_maximum",
     "expert_activation_bytes_per_copy",
     "expert_data_parallel",

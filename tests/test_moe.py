@@ -439,6 +439,14 @@ def test_expert_axes_and_the_links_their_all_to_all_crosses(tmp_path: Path) -> N
     half = float(ring_collective_s(nic, 2, 4 * b / 16))
     limited = float(hw.hierarchical_all_to_all_s(ep16, b, scale_out_share=0.5))
     assert limited == pytest.approx(inside + half)
+    # a token-based dispatcher relays: the switch also carries what the chip
+    # forwards for the other node (2 x its own pieces, here a share 0.6 of
+    # them), and the two levels run at once
+    relay_inside = float(ring_collective_s(switch, 8, 2 * 0.6 * b / 16))
+    relayed = float(
+        hw.hierarchical_all_to_all_s(ep16, b, scale_out_share=0.5, scale_up_share=0.6, relayed=True)
+    )
+    assert relayed == pytest.approx(max(relay_inside, half))
     # 16 does not divide a stage of 2 x 4 chips
     assert isinstance(hw.expert_axes(MeshShape(1, 2), 4, 4, 1, 16), str)
     # expert tensor parallelism 2 inside the tensor pair, EP 8 two ranks

@@ -103,19 +103,21 @@ class AxisLayout:
         return out
 
     def all_to_all_pieces(
-        self, total_bytes: ArrayLike, scale_out_share: float = 1.0
+        self, total_bytes: ArrayLike, scale_out_share: float = 1.0, scale_up_share: float = 1.0
     ) -> list[tuple[Level, np.ndarray]]:
         """(level, piece bytes) of one all-to-all over this axis in which
         every chip holds `total_bytes` (job/hardware.py
         hierarchical_all_to_all_s has the derivation): level `l` sends
         `P_l - 1` pieces of `Q total / P`, `Q` the chips of the inner
         levels; `scale_out_share` scales the pieces of levels that cross
-        nodes or slices (node-limited routing). Vectorised."""
+        nodes or slices (node-limited routing, a deduplicating dispatcher's
+        once-per-node sends) and `scale_up_share` those of the levels inside
+        one (its once-per-rank sends). Vectorised."""
         total = np.asarray(total_bytes, dtype=float)
         out, inner = [], 1
         for level in self.levels:
             crosses = level.kind in (ResourceKind.SCALE_OUT, ResourceKind.DCN)
-            piece = inner * total / self.size * (scale_out_share if crosses else 1.0)
+            piece = inner * total / self.size * (scale_out_share if crosses else scale_up_share)
             out.append((level, piece))
             inner *= level.size
         return out

@@ -16,7 +16,10 @@ activations split over the tensor chips, else `b s / cp`):
   hybridep) the inter-node bytes scale by
   cost_models.moe.deduplicated_share (a token crosses once per node
   holding one of its experts; with node-limited routing at most `M`
-  nodes); a plain all-to-all sends every copy. Forward: dispatch + combine;
+  nodes) and the bytes inside a node by the same share over ranks (a
+  token goes once to each rank holding one of its experts: DeepEP's
+  `is_token_in_rank`, HybridEP's token-based dispatch); a plain
+  all-to-all sends every copy. Forward: dispatch + combine;
   backward: the same for the gradients. With expert tensor parallelism
   `etp` (each expert's `F_e` split over `etp` chips, Megatron-Core's
   `--expert-tensor-parallel-size`), each chip's arriving copies are
@@ -104,9 +107,12 @@ class ExpertFigures:
     rows_per_expert: float
     #: bytes one chip sends in one dispatch all-to-all (the busiest rank's;
     #: the allgather dispatcher: the bytes it gathers) and the share of
-    #: them that crosses nodes (node-limited routing)
+    #: them that crosses nodes (node-limited routing, a deduplicating
+    #: dispatcher's once-per-node sends) and that moves inside one (its
+    #: once-per-rank sends)
     all_to_all_bytes: float = 0.0
     scale_out_share: float = 1.0
+    scale_up_share: float = 1.0
     #: the grouped GEMMs' (m, n, k) per expert (forward and backward)
     expert_gemm_dims: tuple[tuple[float, float, float], ...] = ()
     #: the experts' kernel launches per pass issued from the host (0: the
@@ -279,7 +285,7 @@ def expert_figures(
     shuffle = permutation_bytes(tokens, k, h, e, group_tokens) + router_bytes(tokens, experts)
     shuffle = float(shuffle) / rate
 
-    a2a, sent, share = 0.0, 0.0, 1.0
+    a2a, sent, share, rank_share = 0.0, 0.0, 1.0, 1.0
     if allgather and ep * etp > 1:
         # every token of the expert group gathered on every chip (with its
         # fp32 probabilities and routing map), the outputs reduce-scattered
@@ -288,9 +294,24 @@ def expert_figures(
     elif ep > 1:
         nodes = _scale_out_nodes(expert_axis, hw.cluster.chips_per_node)
         if training.expert_dispatcher.deduplicates:
-            share = deduplicated_share(k, experts, nodes, moe.node_limit)
+            groups = moe.expert_groups
+            share = deduplicated_share(k, experts, nodes, moe.node_limit, groups)
+            # once per destination rank: the same derivation over the `ep`
+            # ranks of `E / ep` experts (a node limit stated without its
+            # groups left out there: it packs a token's experts on fewer
+            # ranks, so fewer bytes)
+            limit = moe.node_limit if groups is not None else None
+            rank_share = deduplicated_share(k, experts, ep, limit, groups)
         sent = float(dispatch_bytes_per_chip(tokens, k, h, e)) * imbalance
-        a2a = float(hw.hierarchical_all_to_all_s(expert_axis, sent, scale_out_share=share))
+        a2a = float(
+            hw.hierarchical_all_to_all_s(
+                expert_axis,
+                sent,
+                scale_out_share=share,
+                scale_up_share=rank_share,
+                relayed=training.expert_dispatcher.deduplicates,
+            )
+        )
     gathers = 0.0
     if etp > 1 and not allgather:
         # the arriving copies all-gathered over the expert-tensor group, the
@@ -333,6 +354,7 @@ def expert_figures(
         rows_per_expert=rows,
         all_to_all_bytes=sent,
         scale_out_share=share,
+        scale_up_share=rank_share,
         expert_gemm_dims=grouped_gemm_dims(rows, h, width / etp, gated),
         host_launches=launches,
         host_wait_s=host_wait,

@@ -126,7 +126,9 @@ def plan_extrapolations(
     if experts is not None:
         shapes["expert GEMMs"] = list(experts.expert_gemm_dims)
         pieces = (
-            expert.all_to_all_pieces(experts.all_to_all_bytes, experts.scale_out_share)
+            expert.all_to_all_pieces(
+                experts.all_to_all_bytes, experts.scale_out_share, experts.scale_up_share
+            )
             if expert is not None and experts.all_to_all_bytes
             else []
         )

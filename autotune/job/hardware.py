@@ -213,7 +213,12 @@ class HardwareView:
         return seconds
 
     def hierarchical_all_to_all_s(
-        self, axis: AxisLayout, total_bytes: ArrayLike, scale_out_share: float = 1.0
+        self,
+        axis: AxisLayout,
+        total_bytes: ArrayLike,
+        scale_out_share: float = 1.0,
+        scale_up_share: float = 1.0,
+        relayed: bool = False,
     ) -> np.ndarray:
         """Seconds of one all-to-all over `axis`'s groups in which every chip
         holds `total_bytes` and sends `total / P` to each of the `P` chips
@@ -233,13 +238,37 @@ class HardwareView:
         `all_to_all` rows), else its all-gather link (the same wires and
         per-chip egress; level_entry). `scale_out_share` scales the bytes on levels
         that cross nodes or slices (a mixture of experts' node-limited
-        routing, cost_models.moe.node_limited_share). Vectorised."""
-        seconds = np.zeros_like(np.asarray(total_bytes, dtype=float))
-        for level, piece in axis.all_to_all_pieces(total_bytes, scale_out_share):
-            seconds = seconds + ring_collective_s(
-                self.level_link(level, "all_to_all"), level.size, piece
+        routing, cost_models.moe.node_limited_share, or a deduplicating
+        dispatcher's once-per-node sends) and `scale_up_share` those inside
+        one (its once-per-rank sends, cost_models.moe.deduplicated_share).
+
+        `relayed`: a token-based dispatcher (DeepEP, HybridEP) sends a token
+        over an outer level once, to the chip of the same local index, which
+        forwards it over the inner levels, and runs the levels at once
+        ("exchange data between GPUs with the same local index across
+        nodes, then forwards within each node ... allows inter-node and
+        intra-node transfers to overlap", Megatron-Core MoE report,
+        arXiv:2603.07685 section 4.2.2). An inner level then also carries
+        what the chip forwards for the `R_l` groups of the levels outside
+        it, as much as it sends of its own by symmetry, so::
+
+            t = max_l ring_collective_s(link_l, P_l, R_l Q_(l-1) total / P)
+
+        `R_l` the product of the sizes of the levels outside `l`.
+        Vectorised."""
+        pieces = axis.all_to_all_pieces(total_bytes, scale_out_share, scale_up_share)
+        times = []
+        outside = int(np.prod([level.size for level in axis.levels]))
+        for level, piece in pieces:
+            outside //= level.size
+            relay = outside if relayed else 1
+            times.append(
+                ring_collective_s(self.level_link(level, "all_to_all"), level.size, relay * piece)
             )
-        return seconds
+        zero = np.zeros_like(np.asarray(total_bytes, dtype=float))
+        if relayed:
+            return np.maximum.reduce([zero, *times])
+        return sum(times, zero)
 
     def send_s(self, axis: AxisLayout, message_bytes: ArrayLike) -> np.ndarray:
         """Seconds of one send-recv of `message_bytes` between neighbours of

@@ -119,8 +119,13 @@ def dispatch_words(plan: Plan) -> str:
     if int(plan.config.get("ep", 1)) == 1:
         return "no expert all-to-all (EP 1)"
     words = f"{t.expert_dispatcher.value} dispatcher"
+    shares = []
     if x.scale_out_share < 1.0:
-        words += f" (inter-node bytes x{x.scale_out_share:.2f})"
+        shares.append(f"inter-node bytes x{x.scale_out_share:.2f}")
+    if x.scale_up_share < 1.0:
+        shares.append(f"in-node bytes x{x.scale_up_share:.2f}")
+    if shares:
+        words += f" ({', '.join(shares)})"
     if t.overlap_expert_comm:
         words += ", all-to-alls overlapped with another micro-batch"
     return words
