@@ -299,3 +299,32 @@ def test_dtype_mismatch_warns(tmp_path):
     assert result.exit_code == 0
     assert "measured for bf16 but training uses fp32" in result.stdout
     assert "no peak_tflops_per_s for fp32" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_pipeline_the_batch_forces_is_named(tmp_path):
+    """72 GPUs of an NVL72 rack (9 x 8) and a batch of 512 sequences: 512
+    divides over no multiple of 9 replicas, so the search pipelines the
+    factor 9, and the report says so with the nearest batches that the
+    replicas divide; with the larger one, data parallelism takes those
+    chips, the warning goes and the step is faster."""
+    from planning import LLAMA3_8B, plan_for
+
+    training = {"global_batch_sequences": 512, "sequence_length": 4096}
+    plan = plan_for(tmp_path, LLAMA3_8B, training, "gb200-nvl72")
+    pp, dp = int(plan.config["pp"]), int(plan.config["dp"])
+    assert pp == 9 and 512 % (dp * pp) != 0
+    line = next(w for w in plan.warnings if "does not divide" in w)
+    replicas = dp * pp
+    lower, upper = 512 // replicas * replicas, (512 // replicas + 1) * replicas
+    assert f"batch of 512 sequences does not divide over {replicas} data-parallel" in line
+    assert "pipeline parallelism 9" in line and f"a batch of {lower} or {upper} sequences" in line
+    wider = plan_for(
+        tmp_path, LLAMA3_8B, {**training, "global_batch_sequences": upper}, "gb200-nvl72"
+    )
+    assert int(wider.config["pp"]) == 1
+    assert not any("does not divide" in w for w in wider.warnings)
+    assert wider.tokens_per_s > plan.tokens_per_s
+    # a pinned pipeline is the file's choice: no warning
+    pinned = plan_for(tmp_path, LLAMA3_8B, {**training, "pipeline_parallel": 9}, "gb200-nvl72")
+    assert not any("does not divide" in w for w in pinned.warnings)

@@ -429,7 +429,16 @@ def make_plan(
         faster_but_out_of_memory=tuple(_alternative(e, winner) for e in outcome.memory_excluded),
         better=better,
         outcome=outcome,
-        warnings=tuple(dict.fromkeys([*hw.warnings, *fc.warnings, *_gap_warnings(outcome)])),
+        warnings=tuple(
+            dict.fromkeys(
+                [
+                    *hw.warnings,
+                    *fc.warnings,
+                    *_gap_warnings(outcome),
+                    *_batch_warnings(inp, config, float(priced.bubble_fraction[0])),
+                ]
+            )
+        ),
         band_rel=band,
         extrapolations=plan_extrapolations(
             inp.calibration,
@@ -442,6 +451,37 @@ def make_plan(
             experts,
         ),
     )
+
+
+#: pipeline bubble above which a pipeline the batch forces is worth a warning
+FORCED_PIPELINE_BUBBLE = 0.05
+
+
+def _batch_warnings(inp: JobInput, config: dict[str, int | str], bubble: float) -> list[str]:
+    """A line when the global batch, not the model, made the pipeline: the
+    search chose `pp` stages (neither it nor data parallelism pinned) whose
+    chips could not have been data-parallel replicas because `dp pp` does
+    not divide the batch (every replica takes whole sequences), and the
+    pipeline costs a bubble above FORCED_PIPELINE_BUBBLE. Names the nearest
+    batches that `dp pp` divides (e.g. 72 GPUs of an NVL72 rack and a batch
+    of 512: pipeline 9)."""
+    t = inp.training
+    pp, dp = int(config["pp"]), int(config["dp"])
+    batch = t.global_batch_sequences
+    if pp == 1 or bubble <= FORCED_PIPELINE_BUBBLE:
+        return []
+    if t.pinned("pipeline_parallel") is not None or t.pinned("data_parallel") is not None:
+        return []
+    replicas = dp * pp
+    if batch % replicas == 0:
+        return []
+    lower = batch // replicas * replicas
+    nearest = " or ".join(str(b) for b in (lower, lower + replicas) if b > 0)
+    return [
+        f"the batch of {batch} sequences does not divide over {replicas} data-parallel "
+        f"replicas, so pipeline parallelism {pp} takes those chips (bubble {bubble:.1%}); "
+        f"a batch of {nearest} sequences would let data parallelism take them"
+    ]
 
 
 def _gap_warnings(outcome: SearchOutcome) -> list[str]:
