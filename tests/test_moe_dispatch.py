@@ -489,3 +489,26 @@ def test_dispatch_latency_against_the_megatron_core_report(tmp_path: Path) -> No
     median = statistics.median(errors)
     print(f"median |error| {median:.1%}")
     assert median <= DISPATCH_MEDIAN_TOLERANCE
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 16),
+    st.sampled_from([(256, 8), (128, 8), (64, 4), (160, 8), (384, 16)]),
+    st.integers(0, 6),
+    st.integers(1, 16),
+)
+def test_group_limited_routing_reaches_no_more_destinations(
+    k: int, experts_groups: tuple[int, int], log_d: int, limit: int
+) -> None:
+    """A chance, and never above the unlimited one: a group limit packs a
+    token's experts into fewer groups, so onto fewer nodes or ranks."""
+    experts, groups = experts_groups
+    d = 2**log_d
+    if experts % d or k > experts or limit > groups or k > limit * experts // groups:
+        return
+    limited = destination_hit(k, experts, d, groups, limit)
+    plain = destination_hit(k, experts, d)
+    assert 0.0 <= limited <= plain + 1e-12 <= 1.0 + 1e-12
+    share = deduplicated_share(k, experts, d, limit, groups)
+    assert 0.0 <= share <= 1.0
