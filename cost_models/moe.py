@@ -211,11 +211,28 @@ def node_limited_share(top_k: int, node_limit: int | None, nodes: int) -> float:
 
 def _none_chosen(pool: int, held: int, top_k: int) -> float:
     """`C(pool - held, k) / C(pool, k)`: the chance that `k` experts drawn
-    without replacement from `pool` miss the `held` ones, as a product."""
-    out = 1.0
-    for i in range(top_k):
-        out *= max(0.0, (pool - held - i) / (pool - i))
-    return out
+    without replacement from `pool` miss the `held` ones: the product
+    `prod_i (pool - held - i) / (pool - i)` for the top-k of real models,
+    the log-gamma form beyond (constant time for any size)."""
+    rest = pool - held
+    if rest < top_k:
+        return 0.0
+    if top_k <= 1024:
+        out = 1.0
+        for i in range(top_k):
+            out *= (rest - i) / (pool - i)
+        return out
+    return math.exp(
+        math.lgamma(rest + 1)
+        - math.lgamma(rest - top_k + 1)
+        - math.lgamma(pool + 1)
+        + math.lgamma(pool - top_k + 1)
+    )
+
+
+#: most expert groups destination_hit sums over exactly (its hypergeometric
+#: sum grows with the groups a part holds)
+MAX_EXACT_GROUPS = 4096
 
 
 def destination_hit(
@@ -244,12 +261,14 @@ def destination_hit(
       when each group spans `D / G` parts, a part's group is chosen with
       chance `M / G`: `(M / G) (1 - C(M E / G - E / D, k) / C(M E / G, k))`.
 
-    Parts and groups that do not nest are priced without the limit (an
-    upper bound of the bytes). Dimensionless."""
+    Parts and groups that do not nest, and more than MAX_EXACT_GROUPS
+    groups (no published model has a hundred), are priced without the limit
+    (an upper bound of the bytes). Dimensionless."""
     d, e = destinations, num_experts
     if d <= 1:
         return 1.0
-    if groups is None or group_limit is None or group_limit >= groups:
+    unlimited = groups is None or group_limit is None or group_limit >= groups
+    if unlimited or groups > MAX_EXACT_GROUPS:
         return 1.0 - _none_chosen(e, e // d, top_k)
     eligible = group_limit * e // groups
     if groups % d == 0:

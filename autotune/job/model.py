@@ -790,8 +790,8 @@ def _price_group(
         "parts": parts,
     }
     if detail:
-        # the model's blocks (multi-token-prediction modules run on the last
-        # chunk besides them)
+        # the model's blocks (multi-token-prediction modules run on their
+        # chunk besides them: the last, or a layout's standalone `m` stage)
         model_layers, model_modes = layers.copy(), stage_mode.copy()
         model_layers[:, at] -= figs.mtp_layers
         model_modes[:, at % pp, 0] -= figs.mtp_layers
