@@ -155,8 +155,9 @@ class StepSettings(Spec):
         default=ExpertDispatcher.ALLTOALL,
         strict=False,
         description="A mixture of experts' token dispatcher: alltoall (each of a token's "
-        "copies sent), deepep or hybridep (a token sent once to each other node holding one "
-        "of its experts; Megatron-LM's flex dispatcher) or allgather (every token of the "
+        "copies sent), deepep or hybridep (a token sent once to each other node and each rank "
+        "holding one of its experts, relayed across nodes; Megatron-LM's flex dispatcher) or "
+        "allgather (every token of the "
         "expert group gathered on every rank, the outputs reduce-scattered; Megatron-LM's "
         "default). Node-limited routing saves inter-node bytes only with deepep or hybridep.",
     )
