@@ -195,6 +195,7 @@ def _args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
         notes.assume("embeddings tied (Megatron's default): the plan's model does not say")
     if t.dtype.value in ("bf16", "fp16"):
         args.append((f"--{t.dtype.value}", None))
+    args += _gradient_dtype_args(view)
     if t.fp8 is not Fp8Recipe.NONE:
         args += _fp8_args(view, notes)
     args += _moe_args(view, notes)
@@ -345,6 +346,28 @@ def _moe_args(view: PlanView, notes: Notes) -> list[tuple[str, object]]:
     else:
         notes.assume("the expert all-to-alls are not overlapped with compute, as priced")
     return args
+
+
+def _gradient_dtype_args(view: PlanView) -> list[tuple[str, object]]:
+    """The gradients in the precision the plan priced (`fp32_gradients`).
+    Megatron-LM accumulates and reduces bf16 models' gradients in fp32
+    unless `--grad-reduce-in-bf16` (megatron/training/arguments.py lines
+    1204-1217 at d98e8a64: "bfloat16 requires gradient accumulation and
+    all-reduce to be done in fp32", the main grads' default dtype fp32), an
+    fp16 model's in fp16 unless `--accumulate-allreduce-grads-in-fp32`; its
+    DDP buffers hold them in that dtype (training.py line 2635:
+    `grad_reduce_in_fp32`). Megatron-FSDP keeps the gradients' own dtype
+    unless `--megatron-fsdp-main-grads-dtype` says otherwise (arguments.py
+    line 3691)."""
+    t = view.training
+    fp32 = t.fp32_gradients
+    if uses_megatron_fsdp(view):
+        return [("--megatron-fsdp-main-grads-dtype", "fp32")] if fp32 else []
+    if t.dtype.value == "bf16" and not fp32:
+        return [("--grad-reduce-in-bf16", None)]
+    if t.dtype.value == "fp16" and fp32:
+        return [("--accumulate-allreduce-grads-in-fp32", None)]
+    return []
 
 
 #: the plan's ZeRO stage -> Megatron-FSDP's --data-parallel-sharding-strategy

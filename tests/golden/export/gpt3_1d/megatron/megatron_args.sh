@@ -30,6 +30,7 @@ MEGATRON_ARGS=(
   --ffn-hidden-size 49152
   --num-attention-heads 96
   --bf16
+  --grad-reduce-in-bf16
   --sequence-parallel
   --tp-comm-overlap
   --tp-comm-overlap-cfg tp_comm_overlap_cfg.yaml
