@@ -399,6 +399,12 @@ def export_torchtitan(view: PlanView) -> Export:
         "mixed_precision_param": _PRECISION.get(t.dtype.value, "bfloat16"),
         "mixed_precision_reduce": "float32",
     }
+    if not t.fp32_gradients:
+        notes.assume(
+            "gradients reduced in float32 (mixed_precision_reduce, torchtitan's default for "
+            "accuracy): the plan priced them in its dtype, half the bytes; plan with "
+            "fp32_gradients: true to price torchtitan's reduction"
+        )
     if t.fp8 is not Fp8Recipe.NONE:
         notes.drop(
             f"fp8 {t.fp8.value}: torchtitan 0.3.0's Float8LinearConverter offers rowwise scaling "

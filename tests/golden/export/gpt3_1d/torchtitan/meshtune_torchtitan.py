@@ -2,6 +2,7 @@
 # gpt3-175b: 1 x 8 tensor-parallel mesh, data parallel 4, pipeline parallel 8, 8 micro-batch(es) of 2 sequence(s), 256 chips
 # interleave 2, recompute full, ZeRO stage 1, FC layers meshslice
 # key names: torchtitan 0.3.0 (PyPI; pytorch/torchtitan release/0.3 @ 4f9e9a47) config registry
+# assumed: gradients reduced in float32 (mixed_precision_reduce, torchtitan's default for accuracy): the plan priced them in its dtype, half the bytes; plan with fp32_gradients: true to price torchtitan's reduction
 # assumed: spmd_backend partial_dtensor: torchtitan 0.3.0's default (spmd_types) needs torch 2.14 with data or tensor parallelism
 # assumed: RoPE theta 500000 (torchtitan's Llama 3 value)
 # assumed: dataset c4 and AdamW at lr 3e-4: override them on the command line
