@@ -434,15 +434,34 @@ def test_maxtext_refuses_weights_it_cannot_shard(tmp_path: Path) -> None:
 
 
 #: Table 7's latencies (fixtures/published_moe/README.md "Dispatch
-#: latencies"): each priced dispatch within these of the measured one
-DISPATCH_TOLERANCE = {"alltoall": 0.10, "hybridep": 0.20}
-#: and the median over the eight within this
-DISPATCH_MEDIAN_TOLERANCE = 0.10
+#: latencies"): each priced dispatch within these of the measured one, and
+#: the median over the eight within the last. H100 with the measured
+#: calibration; GB200 with the nominal one (data sheet x stated efficiency),
+#: which prices every GB200 dispatch but one fast
+DISPATCH_TOLERANCE = {
+    "h100": ({"alltoall": 0.10, "hybridep": 0.20}, 0.10),
+    "gb200": ({"alltoall": 0.25, "hybridep": 0.30}, 0.20),
+}
 
 
-def test_dispatch_latency_against_the_megatron_core_report(tmp_path: Path) -> None:
-    """One dispatch of 4,096 DeepSeek-V3-shaped tokens per rank on H100 at
-    EP 8-64 against the Megatron-Core MoE report's Table 7 (arXiv:2603.07685),
+def _dispatch_cluster(platform: str, ep: int) -> dict | str:
+    """H100: `ep / 8` HGX nodes. GB200: the NVL72 rack's NVLink domain and
+    NICs (the gb200-nvl72 preset) with `ep` of its GPUs, since the expert
+    group is all the table's exchange involves and 72 is not a multiple of
+    16, 32 or 64."""
+    if platform == "h100":
+        return f"h100-hgx-{max(ep // 8, 1)}n"
+    return {
+        "name": f"gb200-nvl-domain-{ep}", "num_chips": ep, "topology": "switched",
+        "chip": "gb200", "node": {"chips_per_node": ep, "egress_gb_per_s": 900},
+        "scale_out": {"nic_gb_per_s": 50, "rails": ep}, "calibration": "b200-nominal",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("platform", ["h100", "gb200"])
+def test_dispatch_latency_against_the_megatron_core_report(tmp_path: Path, platform: str) -> None:
+    """One dispatch of 4,096 DeepSeek-V3-shaped tokens per rank at EP 8-64
+    against the Megatron-Core MoE report's Table 7 (arXiv:2603.07685),
     nothing fitted: the NCCL all-to-all over the nodes' links as
     hierarchical pairwise exchanges, HybridEP as a token-based dispatcher
     (once per node over the NICs, once per rank inside, the levels at
@@ -450,7 +469,8 @@ def test_dispatch_latency_against_the_megatron_core_report(tmp_path: Path) -> No
     import yaml
     from planning import plan_for
 
-    data = yaml.safe_load((REPO / "tests/fixtures/published_moe/dispatch_h100.yaml").read_text())
+    fixture = REPO / f"tests/fixtures/published_moe/dispatch_{platform}.yaml"
+    data = yaml.safe_load(fixture.read_text())
     m = data["model"]
     model = {
         "name": "deepseek-v3-moe-layer", "num_layers": 1, "hidden_size": m["hidden_size"],
@@ -462,8 +482,10 @@ def test_dispatch_latency_against_the_megatron_core_report(tmp_path: Path) -> No
             "expert_groups": m["expert_groups"], "node_limit": m["node_limit"],
         },
     }  # fmt: skip
+    each, median_tolerance = DISPATCH_TOLERANCE[platform]
+    calibration = {"calibration": "h100-measured"} if platform == "h100" else {}
     errors = []
-    print("\ndispatcher  EP  measured us  predicted us  error")
+    print(f"\n{platform}: dispatcher  EP  measured us  predicted us  error")
     for dispatcher, by_ep in data["latency_us"].items():
         for ep, (dispatch_us, _combine_us) in by_ep.items():
             training = {
@@ -474,9 +496,8 @@ def test_dispatch_latency_against_the_megatron_core_report(tmp_path: Path) -> No
                 "recompute": "none", "zero_stage": 1,
             }  # fmt: skip
             plan = plan_for(
-                tmp_path, model, training, f"h100-hgx-{max(ep // 8, 1)}n",
-                calibration="h100-measured",
-            )  # fmt: skip
+                tmp_path, model, training, _dispatch_cluster(platform, ep), **calibration
+            )
             assert plan.experts is not None
             # forward: one dispatch and one combine of the same bytes
             predicted_us = plan.experts.all_to_all_forward_s / 2 * 1e6
@@ -485,10 +506,10 @@ def test_dispatch_latency_against_the_megatron_core_report(tmp_path: Path) -> No
             print(
                 f"{dispatcher:<10} {ep:>3}  {dispatch_us:>11}  {predicted_us:>12.0f}  {err:+6.1%}"
             )
-            assert abs(err) <= DISPATCH_TOLERANCE[dispatcher], (dispatcher, ep, err)
+            assert abs(err) <= each[dispatcher], (dispatcher, ep, err)
     median = statistics.median(errors)
     print(f"median |error| {median:.1%}")
-    assert median <= DISPATCH_MEDIAN_TOLERANCE
+    assert median <= median_tolerance
 
 
 @settings(max_examples=200, deadline=None)
