@@ -62,8 +62,16 @@ def expected_normal_maximum(count: ArrayLike) -> np.ndarray:
     (trapezoid, 2,001 points each side; error under 1e-6 against adaptive
     quadrature for every `R`). `e_1 = 0`, `e_2 = 1 / sqrt(pi) = 0.5642`,
     `e_8 = 1.4236`, `e_64 = 2.3437`. The asymptote `sqrt(2 ln R)` is
-    48% high at `R = 2`, 34% at 8 and 22% at 64. Derivation; dimensionless.
-    Vectorised."""
+    48% high at `R = 2`, 34% at 8 and 22% at 64.
+
+    It is how many standard deviations the busiest of `R` ranks' loads lies
+    above their mean when the loads are independent normal draws
+    conditioned on their total (a layer's routed copies are fixed):
+    `E[max_i (X_i - mean X)] = E[max_i X_i] - E[mean X] = e_R`, in units of
+    one load's standard deviation before the conditioning; for normal
+    draws the deviations `X_i - mean X` are independent of the mean, so the
+    conditioning leaves them unchanged and no `1 - 1/R` factor enters.
+    Derivation; dimensionless. Vectorised."""
     r = np.maximum(np.asarray(count, dtype=float), 1.0)[..., None]
     t = np.linspace(0.0, 1.0, 2001)
     below = -10.0 * (1.0 - t)
@@ -71,19 +79,6 @@ def expected_normal_maximum(count: ArrayLike) -> np.ndarray:
     upper = np.trapezoid(-np.expm1(r * special.log_ndtr(above)), above, axis=-1)
     lower = np.trapezoid(np.exp(r * special.log_ndtr(below)), below, axis=-1)
     return np.maximum(upper - lower, 0.0)
-
-
-def busiest_excess(ranks: ArrayLike) -> np.ndarray:
-    """How many standard deviations the busiest of `R` ranks' loads lies
-    above their mean when the loads are independent normal draws conditioned
-    on their total (the routed copies of a layer are fixed):
-    `E[max_i (X_i - mean X)] = E[max_i X_i] - E[mean X] = e_R`
-    (expected_normal_maximum), in units of one load's standard deviation
-    before the conditioning. Conditioning on the total leaves the deviations
-    `X_i - mean X` unchanged for normal draws (they are independent of the
-    mean), so no `1 - 1/R` factor enters. Derivation; dimensionless.
-    Vectorised."""
-    return expected_normal_maximum(ranks)
 
 
 MEASURED_ROUTING_IMBALANCE = 1.30
@@ -118,12 +113,12 @@ def routing_skew() -> float:
 
         c = (I_ref - 1) / (e_R sqrt(R / E)) = 0.30 / (2.3437 x 0.5) = 0.2560
 
-    (`e_R` the expected largest of `R` normal draws, busiest_excess;
+    (`e_R` the expected largest of `R` normal draws, expected_normal_maximum;
     sampling noise left out there: UltraEP's training micro-batches give
     each rank tens of thousands of copies, adding under 0.001). Derivation;
     dimensionless."""
     r, e = float(REFERENCE_EXPERT_RANKS), float(REFERENCE_EXPERTS)
-    excess = float(busiest_excess(r))
+    excess = float(expected_normal_maximum(r))
     return (MEASURED_ROUTING_IMBALANCE - 1.0) / (excess * math.sqrt(r / e))
 
 
@@ -140,10 +135,11 @@ def default_imbalance(
     A rank holds `E / R` experts, so its load averages their independent
     spreads (`c / sqrt(E / R)`) and adds the binomial noise of its copies
     (`1 / sqrt(n)`, balanced_imbalance); the largest of `R` such loads is
-    `e_R` standard deviations above the mean (busiest_excess: the expected
-    largest of `R` normal draws). It gives 1.30 at UltraEP's EP 64 over 256
-    experts, less where a rank averages more experts (EP 2 of Mixtral's 8:
-    1.07; EP 32 of 256: 1.19), more where it averages fewer (EP 8 of 8:
+    `e_R` standard deviations above the mean (expected_normal_maximum: the
+    expected largest of `R` normal draws, conditioned on their total). It
+    gives 1.30 at UltraEP's EP 64 over 256 experts, less where a rank
+    averages more experts (EP 2 of Mixtral's 8: 1.07; EP 32 of 256: 1.19),
+    more where it averages fewer (EP 8 of 8:
     1.36), as UltraEP says ("the number of experts placed on each rank
     shrinks as EP grows, making imbalance harder to smooth out", blog_v1.md
     line 29). 1 on one rank. Derivation; dimensionless. Vectorised over
@@ -152,7 +148,7 @@ def default_imbalance(
     r = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     noise = np.where(n > 0, 1.0 / np.where(n > 0, n, 1.0), 0.0)
     spread = np.sqrt(routing_skew() ** 2 * r / float(num_experts) + noise)
-    return np.where(r > 1, 1.0 + busiest_excess(r) * spread, 1.0)
+    return np.where(r > 1, 1.0 + expected_normal_maximum(r) * spread, 1.0)
 
 
 def balanced_imbalance(mean_tokens_per_rank: ArrayLike, ranks: ArrayLike) -> np.ndarray:
@@ -165,14 +161,14 @@ def balanced_imbalance(mean_tokens_per_rank: ArrayLike, ranks: ArrayLike) -> np.
     `n` the mean copies per rank: the counts are multinomial, i.e.
     independent Poisson counts of mean and variance `n` conditioned on their
     total, and the largest lies `e_R` of their standard deviations
-    `sqrt(n)` above the mean (busiest_excess; normal approximation of the
+    `sqrt(n)` above the mean (expected_normal_maximum; normal approximation of the
     counts, derivation). 1 for one rank or no tokens. Real routing is more
     skewed: give `moe.expert_imbalance` from your runs. Dimensionless.
     Vectorised."""
     n = np.asarray(mean_tokens_per_rank, dtype=float)
     r = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     safe = np.where(n > 0, n, 1.0)
-    return np.where((r > 1) & (n > 0), 1.0 + busiest_excess(r) / np.sqrt(safe), 1.0)
+    return np.where((r > 1) & (n > 0), 1.0 + expected_normal_maximum(r) / np.sqrt(safe), 1.0)
 
 
 def expert_ffn_forward_flops(
@@ -499,7 +495,6 @@ __all__ = [
     "FLEX_DISPATCH_NUM_SMS",
     "allgather_dispatch_tokens",
     "balanced_imbalance",
-    "busiest_excess",
     "capacity_tokens_per_expert",
     "destination_hit",
     "dispatch_bytes_per_chip",
